@@ -1,0 +1,38 @@
+# Every target is one line anyone could type by hand. `make demo` and `make test` set up first.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+ARGS ?=
+
+.PHONY: setup demo test lint format bench-pack bench-io bench-scaling clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+demo: setup
+	$(BIN)/python -m bench.demo $(ARGS)
+
+test: setup
+	$(BIN)/python -m pytest $(ARGS)
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
+
+format: setup
+	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
+
+bench-pack: setup
+	$(BIN)/python -m bench.pack_bench $(ARGS)
+
+bench-io: setup
+	$(BIN)/python -m bench $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache bench-results demo-out

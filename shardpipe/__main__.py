@@ -1,0 +1,3 @@
+from shardpipe.cli import main
+
+main()

@@ -1,0 +1,63 @@
+"""Shard formats behind one small interface, and the registry that names them.
+
+Each format module holds its writer and its reader. A writer appends samples to one shard file and, on
+close, returns the byte offset where each sample starts (plus the end offset), so a loader can later seek
+to any sample. A reader yields the samples ``[start, stop)`` of one shard, given those offsets. Nothing read
+from a shard is ever unpickled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+Fields = dict[str, bytes]
+"""A sample's named fields: field name (the file extension, e.g. ``jpg``) -> raw bytes."""
+
+
+class ShardWriter(Protocol):
+    def write(self, key: str, fields: Mapping[str, bytes]) -> None:
+        """Append one sample."""
+
+    def close(self) -> list[int]:
+        """Flush and close; return ``num_samples + 1`` offsets (sample starts, then the end)."""
+
+
+class Format(Protocol):
+    name: str
+    """Registry name, as given to ``--format``."""
+    suffix: str
+    """Shard file suffix, e.g. ``.tar``."""
+    needs_index: bool
+    """Whether readers need the per-sample byte offsets to seek (LMDB seeks by key instead)."""
+
+    def open_writer(self, path: Path) -> ShardWriter:
+        """Start a shard at ``path`` (the caller renames it into place when complete)."""
+
+    def read(
+        self, path: Path, start: int, stop: int, offsets: Sequence[int] | None
+    ) -> Iterator[tuple[str, Fields]]:
+        """Yield ``(key, fields)`` for samples ``start <= i < stop`` of the shard at ``path``."""
+
+    def scan(self, path: Path) -> tuple[list[str], list[int], set[str]]:
+        """Parse every record; return keys, ``num_samples + 1`` offsets, and field names.
+
+        Raises :class:`~shardpipe.errors.CorruptShardError` naming the position of the first bad record.
+        """
+
+
+def get_format(name: str) -> Format:
+    """Return the format registered under ``name`` (``tar``, ``lmdb`` or ``tfrecord``)."""
+    from shardpipe.errors import UsageError
+
+    formats = all_formats()
+    if name not in formats:
+        raise UsageError(f"unknown format {name!r}; choose one of {', '.join(sorted(formats))}")
+    return formats[name]
+
+
+def all_formats() -> dict[str, Format]:
+    from shardpipe.formats import lmdb, tar, tfrecord
+
+    return {f.name: f for f in (tar.FORMAT, lmdb.FORMAT, tfrecord.FORMAT)}
