@@ -22,7 +22,9 @@ class DataError(ShardpipeError):
 class CorruptShardError(DataError):
     """A shard's bytes do not parse; names the shard and the sample position or byte offset."""
 
-    def __init__(self, shard: str, detail: str, *, sample_index: int | None = None, offset: int | None = None):
+    def __init__(
+        self, shard: str, detail: str, *, sample_index: int | None = None, offset: int | None = None
+    ):
         where = [shard]
         if sample_index is not None:
             where.append(f"sample {sample_index}")

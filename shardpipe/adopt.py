@@ -1,0 +1,78 @@
+"""``shardpipe index``: adopt shards written by other tools, without repacking.
+
+Scans webdataset tars or TFRecord files of ``tf.train.Example``, writes each one's offset index beside it
+and a manifest for the folder, so the loaders read them like shards shardpipe packed. Files directly in
+the folder form one split (``train`` unless named); each subfolder holding shards is a split of its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from shardpipe.atomic import write_bytes_atomic
+from shardpipe.errors import DataError, UsageError
+from shardpipe.formats import get_format
+from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, encode_index, sha256_file, write_manifest
+from shardpipe.progress import Progress
+
+SUFFIXES = {".tar": "tar", ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfr": "tfrecord"}
+
+
+def find_shards(root: Path, top_split: str) -> dict[str, list[Path]]:
+    splits: dict[str, list[Path]] = {}
+    for folder, split in [(root, top_split), *((d, d.name) for d in sorted(root.iterdir()) if d.is_dir())]:
+        shards = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in SUFFIXES)
+        if shards:
+            splits.setdefault(split, []).extend(shards)
+    return splits
+
+
+def adopt(root: Path, *, split_name: str = "train", overwrite: bool = False, quiet: bool = False) -> Manifest:
+    if not root.is_dir():
+        raise UsageError(f"{root} is not a directory")
+    if (root / MANIFEST_NAME).exists() and not overwrite:
+        raise UsageError(f"{root} already has a {MANIFEST_NAME}; pass --overwrite to index it again")
+    splits = find_shards(root, split_name)
+    if not splits:
+        raise DataError(f"no shards (*{', *'.join(SUFFIXES)}) in {root} or its subfolders")
+    formats = {SUFFIXES[p.suffix] for paths in splits.values() for p in paths}
+    if len(formats) > 1:
+        raise DataError(
+            f"{root} mixes shard formats ({', '.join(sorted(formats))}); index one format per folder"
+        )
+    fmt = get_format(formats.pop())
+    progress = Progress("index", sum(len(p) for p in splits.values()), unit="shards", quiet=quiet)
+    fields: set[str] = set()
+    entries: dict[str, tuple[ShardEntry, ...]] = {}
+    for split, paths in splits.items():
+        split_entries = []
+        for path in paths:
+            keys, offsets, shard_fields = fmt.scan(path)
+            fields |= shard_fields
+            index_data = encode_index(offsets)
+            index = path.with_name(path.name + ".idx")
+            write_bytes_atomic(index, index_data)
+            rel = path.relative_to(root).as_posix()
+            split_entries.append(
+                ShardEntry(
+                    rel,
+                    len(keys),
+                    path.stat().st_size,
+                    sha256_file(path),
+                    f"{rel}.idx",
+                    hashlib.sha256(index_data).hexdigest(),
+                )
+            )
+            progress.update(1, path.stat().st_size)
+        entries[split] = tuple(split_entries)
+    progress.close()
+    manifest = Manifest(
+        format=fmt.name,
+        fields=tuple(sorted(fields)),
+        splits=entries,
+        split_rule={"method": "adopted: files directly in the folder form one split, each subfolder another"},
+        source={"kind": "adopted", "path": str(root)},
+    )
+    write_manifest(root, manifest)
+    return manifest

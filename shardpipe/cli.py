@@ -1,0 +1,200 @@
+"""The ``shardpipe`` command: parses options, calls the library, turns its errors into exit codes.
+
+Exit codes: 0 success, 1 a data problem (named file and position), 2 a usage problem.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from shardpipe import __version__
+from shardpipe.errors import DataError, UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _errors_to_exit_codes(func: F) -> F:
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except UsageError as exc:
+            raise click.UsageError(str(exc)) from exc
+        except DataError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="shardpipe")
+def main() -> None:
+    """Pack many small sample files into shards (tar, LMDB, TFRecord) with a manifest, and check them.
+
+    \b
+    Typical use:
+      shardpipe pack images/ data/ --format tar --labels dirname --split train=0.9,val=0.1 --workers 4
+      shardpipe verify data/
+      shardpipe inspect data/
+    The loaders (`import loaders`) read data/manifest.json in DDP training.
+    """
+
+
+@main.command()
+@click.argument("src", type=click.Path(path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "format_name",
+    type=click.Choice(["tar", "lmdb", "tfrecord"]),
+    required=True,
+    help="Shard format: tar (WebDataset convention), lmdb (one file per shard), tfrecord (tf.train.Example).",
+)
+@click.option(
+    "--split",
+    "split_spec",
+    metavar="NAME=FRAC,...",
+    help="Seeded split by key hash, e.g. train=0.9,val=0.1. Default: one split 'train'.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the split hash.")
+@click.option("--max-samples", type=click.IntRange(min=1), help="Most samples per shard.")
+@click.option(
+    "--max-bytes",
+    default="256MB",
+    show_default=True,
+    help="Most payload bytes per shard (e.g. 64MB, 1GiB); 'none' for no limit.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Processes writing shards in parallel.",
+)
+@click.option(
+    "--labels",
+    type=click.Choice(["dirname"]),
+    help="Add a 'cls' field: the index of the sample's first-level folder (ImageFolder style).",
+)
+@click.option(
+    "--literal",
+    "literal_fields",
+    metavar="FIELD,...",
+    default="",
+    help="File-list columns whose strings are values, not file paths (e.g. txt captions).",
+)
+@click.option("--skip-incomplete", is_flag=True, help="Leave out samples missing a field the others have.")
+@click.option(
+    "--resume", is_flag=True, help="Continue an interrupted pack: keep finished shards, redo the rest."
+)
+@click.option("--overwrite", is_flag=True, help="Replace a dataset already in OUT.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@_errors_to_exit_codes
+def pack(
+    src: Path, out: Path, format_name: str, split_spec: str | None, seed: int, max_samples: int | None,
+    max_bytes: str, workers: int, labels: str | None, literal_fields: str, skip_incomplete: bool,
+    resume: bool, overwrite: bool, quiet: bool,
+) -> None:  # fmt: skip
+    """Pack SRC (a folder tree, or a .csv/.jsonl/.parquet file list) into shards in OUT.
+
+    \b
+    In a tree, files sharing a key form one sample and the extension names the field:
+      cat/0001.jpg + cat/0001.json  ->  sample 'cat/0001' with fields jpg, json
+    A file list needs a 'key' column and one column per field (a file path, or a value).
+    OUT gets manifest.json and OUT/<split>/shard-000000.<ext> (+ .idx offset indexes for tar/tfrecord).
+    """
+    from shardpipe.pack import PackOptions
+    from shardpipe.pack import pack as run_pack
+    from shardpipe.split import parse_size, parse_split
+
+    options = PackOptions(
+        format=format_name,
+        split=parse_split(split_spec),
+        seed=seed,
+        max_samples=max_samples,
+        max_bytes=None if max_bytes.lower() == "none" else parse_size(max_bytes),
+        workers=workers,
+        labels=labels,
+        literal_fields=tuple(f for f in literal_fields.split(",") if f),
+        skip_incomplete=skip_incomplete,
+        resume=resume,
+        overwrite=overwrite,
+    )
+    result = run_pack(src, out, options, quiet=quiet)
+    for name, shards in result.manifest.splits.items():
+        click.echo(f"{name}: {sum(s.num_samples for s in shards):,} samples in {len(shards)} shard(s)")
+    if result.num_reused:
+        click.echo(f"resumed: kept {result.num_reused} finished shard(s), wrote {result.num_written}")
+    if result.num_skipped_incomplete:
+        click.echo(f"skipped {result.num_skipped_incomplete} incomplete sample(s) (--skip-incomplete)")
+    if result.num_ignored_files:
+        click.echo(f"ignored {result.num_ignored_files} file(s) without an extension")
+    click.echo(f"manifest: {out / 'manifest.json'}")
+
+
+@main.command()
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@_errors_to_exit_codes
+def verify(dataset: Path, quiet: bool) -> None:
+    """Recompute counts, sizes and checksums and parse every record of DATASET (a folder or its manifest).
+
+    Exits 1 listing each problem (file and position) if anything disagrees with the manifest.
+    """
+    from shardpipe.verify import verify as run_verify
+
+    problems = run_verify(dataset, quiet=quiet)
+    if problems:
+        for line in problems:
+            click.echo(line, err=True)
+        raise click.ClickException(f"{len(problems)} problem(s) found in {dataset}")
+    click.echo(f"{dataset}: OK")
+
+
+@main.command()
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@_errors_to_exit_codes
+def inspect(dataset: Path, as_json: bool) -> None:
+    """Show DATASET's splits, shards, samples, bytes, fields and the spread of shard sizes."""
+    from shardpipe.summary import render, summarize
+
+    summary = summarize(dataset)
+    click.echo(json.dumps(summary, indent=1) if as_json else render(summary))
+
+
+@main.command()
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option(
+    "--split",
+    "split_name",
+    default="train",
+    show_default=True,
+    help="Split name for shards directly in FOLDER (each subfolder is a split of its own name).",
+)
+@click.option("--overwrite", is_flag=True, help="Replace an existing manifest.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@_errors_to_exit_codes
+def index(folder: Path, split_name: str, overwrite: bool, quiet: bool) -> None:
+    """Adopt shards written by other tools (webdataset tars, TFRecords of tf.train.Example).
+
+    Scans each shard, writes its offset index beside it and a manifest.json in FOLDER, without
+    repacking, so shardpipe's loaders read them like their own.
+    """
+    from shardpipe.adopt import adopt
+
+    manifest = adopt(folder, split_name=split_name, overwrite=overwrite, quiet=quiet)
+    for name, shards in manifest.splits.items():
+        click.echo(f"{name}: {sum(s.num_samples for s in shards):,} samples in {len(shards)} shard(s)")
+    click.echo(f"manifest: {folder / 'manifest.json'}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

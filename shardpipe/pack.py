@@ -1,0 +1,249 @@
+"""``shardpipe pack``: scan a source, split it, cut shards, write them in parallel, write the manifest last.
+
+Crash safety: every shard (and its index) is written under a temporary name, flushed, checksummed and
+renamed; a journal in OUT records each finished shard, so ``resume`` keeps finished shards whose checksum
+still matches and redoes the rest. The manifest is written last, atomically, and the journal removed.
+The same input and options give byte-identical shards and manifest, whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Iterator
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shardpipe.atomic import publish, sweep_temporaries, temp_path, write_bytes_atomic
+from shardpipe.errors import DataError, UsageError
+from shardpipe.formats import get_format
+from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, encode_index, sha256_file, write_manifest
+from shardpipe.progress import Progress
+from shardpipe.sources import SampleSource, scan_source
+from shardpipe.split import SPLIT_METHOD, assign_splits, cut_shards
+
+JOURNAL_NAME = ".shardpipe-journal.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class PackOptions:
+    format: str
+    split: dict[str, float] = field(default_factory=lambda: {"train": 1.0})
+    seed: int = 0
+    max_samples: int | None = None
+    max_bytes: int | None = 256_000_000
+    workers: int = 1
+    labels: str | None = None
+    literal_fields: tuple[str, ...] = ()
+    skip_incomplete: bool = False
+    resume: bool = False
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        get_format(self.format)
+        if self.workers < 1:
+            raise UsageError(f"--workers must be at least 1, got {self.workers}")
+        if self.max_samples is not None and self.max_samples < 1:
+            raise UsageError(f"--max-samples must be at least 1, got {self.max_samples}")
+        if self.resume and self.overwrite:
+            raise UsageError("--resume and --overwrite contradict each other; choose one")
+
+
+@dataclass(frozen=True, slots=True)
+class ShardJob:
+    split: str
+    relpath: str
+    samples: list[SampleSource]
+
+
+@dataclass(frozen=True, slots=True)
+class PackResult:
+    manifest: Manifest
+    num_written: int
+    num_reused: int
+    num_skipped_incomplete: int
+    num_ignored_files: int
+
+
+def pack(src: Path, out: Path, options: PackOptions, *, quiet: bool = False) -> PackResult:
+    fmt = get_format(options.format)
+    scan = scan_source(
+        src,
+        labels=options.labels,
+        literal_fields=options.literal_fields,
+        skip_incomplete=options.skip_incomplete,
+    )
+    jobs = plan_jobs(assign_splits(scan.samples, options.split, options.seed), fmt.suffix, options)
+    job_id = fingerprint(jobs, options)
+    finished = prepare_output(out, options, job_id)
+    reused = {job.relpath: entry for job in jobs if (entry := _reusable(out, finished.get(job.relpath)))}
+    todo = [job for job in jobs if job.relpath not in reused]
+
+    progress = Progress(f"pack {options.format}", sum(len(j.samples) for j in jobs), quiet=quiet)
+    progress.update(sum(e.num_samples for e in reused.values()), sum(e.num_bytes for e in reused.values()))
+    written: dict[str, ShardEntry] = {}
+    with (out / JOURNAL_NAME).open("a") as journal:
+        for entry in _run(todo, out, options):
+            journal.write(json.dumps(entry.to_json()) + "\n")
+            journal.flush()
+            written[entry.path] = entry
+            progress.update(entry.num_samples, entry.num_bytes)
+    progress.close()
+
+    entries = {**reused, **written}
+    manifest = Manifest(
+        format=options.format,
+        fields=scan.fields,
+        classes=scan.classes,
+        splits={name: tuple(entries[j.relpath] for j in jobs if j.split == name) for name in options.split},
+        split_rule={"method": SPLIT_METHOD, "seed": options.seed, "fractions": options.split},
+        source={"kind": "tree" if src.is_dir() else "list", "path": str(src), "labels": options.labels},
+        shard_limits={"max_samples": options.max_samples, "max_bytes": options.max_bytes},
+    )
+    write_manifest(out, manifest)
+    (out / JOURNAL_NAME).unlink()
+    return PackResult(
+        manifest, len(written), len(reused), scan.num_skipped_incomplete, scan.num_ignored_files
+    )
+
+
+def plan_jobs(splits: dict[str, list[SampleSource]], suffix: str, options: PackOptions) -> list[ShardJob]:
+    jobs = []
+    for name, samples in splits.items():
+        shards = cut_shards(samples, max_samples=options.max_samples, max_bytes=options.max_bytes)
+        jobs += [ShardJob(name, f"{name}/shard-{i:06d}{suffix}", shard) for i, shard in enumerate(shards)]
+    return jobs
+
+
+def fingerprint(jobs: list[ShardJob], options: PackOptions) -> str:
+    """Identifies a pack job (options + planned shard contents) so a resume never mixes two jobs."""
+    digest = hashlib.sha256(
+        json.dumps(
+            [options.format, options.split, options.seed, options.max_samples, options.max_bytes]
+        ).encode()
+    )
+    for job in jobs:
+        digest.update(job.relpath.encode())
+        for sample in job.samples:
+            digest.update(f"\0{sample.key}\0{sample.num_bytes}".encode())
+            for name, value in sorted(sample.fields.items()):
+                digest.update(f"\0{name}\0".encode())
+                digest.update(value.encode() if isinstance(value, str) else hashlib.sha256(value).digest())
+    return digest.hexdigest()[:16]
+
+
+def prepare_output(out: Path, options: PackOptions, job_id: str) -> dict[str, ShardEntry]:
+    """Check OUT is ours to write; return the journal's finished shards when resuming this same job."""
+    journal = out / JOURNAL_NAME
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"output {out} exists and is not a directory")
+    if options.overwrite:
+        _remove_outputs(out)
+    elif options.resume and journal.exists():
+        header, entries = _read_journal(journal)
+        if header != job_id:
+            raise UsageError(
+                f"cannot resume in {out}: found pack job {header}, expected {job_id}; the source or options "
+                "changed since the interrupted run. Rerun with the original options, or use --overwrite"
+            )
+        sweep_temporaries(out)
+        return {e.path: e for e in entries}
+    elif out.exists() and any(out.iterdir()):
+        what = "a shardpipe dataset" if (out / MANIFEST_NAME).exists() else "other files"
+        hint = "" if options.resume else " or --resume to continue an interrupted pack"
+        raise UsageError(f"output {out} already holds {what}; use --overwrite to replace it{hint}")
+    out.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(journal, (json.dumps({"job": job_id}) + "\n").encode())
+    return {}
+
+
+def _read_journal(journal: Path) -> tuple[str, list[ShardEntry]]:
+    lines = journal.read_text().splitlines()
+    header = json.loads(lines[0])["job"] if lines else ""
+    entries = []
+    for line in lines[1:]:
+        try:
+            entries.append(ShardEntry.from_json(json.loads(line)))
+        except (ValueError, KeyError):
+            break  # the line being written when the process died
+    return header, entries
+
+
+def _reusable(out: Path, entry: ShardEntry | None) -> ShardEntry | None:
+    """A journaled shard is kept only if its bytes (and index) still hash to what was recorded."""
+    if entry is None or not (out / entry.path).is_file() or sha256_file(out / entry.path) != entry.sha256:
+        return None
+    if entry.index_path is not None:
+        index = out / entry.index_path
+        if not index.is_file() or sha256_file(index) != entry.index_sha256:
+            return None
+    return entry
+
+
+def _remove_outputs(out: Path) -> None:
+    """For --overwrite: remove what a pack writes (manifest, journal, split folders of shards) only."""
+    if not out.is_dir():
+        return
+    for name in (MANIFEST_NAME, JOURNAL_NAME):
+        (out / name).unlink(missing_ok=True)
+    for split_dir in (p for p in out.iterdir() if p.is_dir()):
+        for path in split_dir.glob("shard-*"):
+            path.unlink()
+        if not any(split_dir.iterdir()):
+            shutil.rmtree(split_dir)
+
+
+def _run(jobs: list[ShardJob], out: Path, options: PackOptions) -> Iterator[ShardEntry]:
+    """Write shards, yielding each entry as it completes; in-process for one worker."""
+    if options.workers == 1 or len(jobs) <= 1:
+        for job in jobs:
+            yield write_shard(job, out, options.format)
+        return
+    with ProcessPoolExecutor(max_workers=options.workers) as pool:
+        pending = {pool.submit(write_shard, job, out, options.format) for job in jobs}
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for future in done:
+                    yield future.result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def write_shard(job: ShardJob, root: Path, format_name: str) -> ShardEntry:
+    """Write one shard under a temporary name, then its index, then rename the shard into place."""
+    fmt = get_format(format_name)
+    final = root / job.relpath
+    final.parent.mkdir(parents=True, exist_ok=True)
+    temp = temp_path(final)
+    try:
+        writer = fmt.open_writer(temp)
+        for sample in job.samples:
+            writer.write(sample.key, {name: _load(v, name, sample, job) for name, v in sample.fields.items()})
+        offsets = writer.close()
+        index_path = index_sha256 = None
+        if fmt.needs_index:
+            index_data = encode_index(offsets)
+            index_path, index_sha256 = f"{job.relpath}.idx", hashlib.sha256(index_data).hexdigest()
+            write_bytes_atomic(root / index_path, index_data)
+        sha256 = sha256_file(temp)
+        publish(temp, final)
+    finally:
+        temp.unlink(missing_ok=True)
+    return ShardEntry(job.relpath, len(job.samples), final.stat().st_size, sha256, index_path, index_sha256)
+
+
+def _load(value: str | bytes, name: str, sample: SampleSource, job: ShardJob) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    try:
+        with open(value, "rb", buffering=0) as f:
+            return f.readall()
+    except OSError as exc:
+        raise DataError(
+            f"cannot read {value} (field {name!r} of sample {sample.key!r}, for shard {job.relpath}): "
+            f"{exc.strerror}. Fix or remove the file, then rerun with --resume"
+        ) from exc

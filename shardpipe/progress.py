@@ -1,0 +1,72 @@
+"""Progress on long work: a tqdm bar on a terminal, plain periodic lines in logs."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+
+class Progress:
+    """Counts samples and bytes; shows rate and ETA. ``close()`` prints a final summary line."""
+
+    def __init__(
+        self,
+        description: str,
+        total_samples: int,
+        *,
+        unit: str = "samples",
+        stream: TextIO | None = None,
+        log_every_s: float = 10.0,
+        quiet: bool = False,
+    ) -> None:
+        self.description = description
+        self.total_samples = total_samples
+        self.unit = unit
+        self.samples = 0
+        self.num_bytes = 0
+        self.stream = stream or sys.stderr
+        self.log_every_s = log_every_s
+        self.quiet = quiet
+        self.started = time.perf_counter()
+        self._last_log = self.started
+        self._bar: Any = None
+        if not quiet and self.stream.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=total_samples,
+                desc=description,
+                unit=unit.rstrip("s"),
+                unit_scale=True,
+                file=self.stream,
+            )
+
+    def update(self, samples: int, num_bytes: int) -> None:
+        self.samples += samples
+        self.num_bytes += num_bytes
+        if self._bar is not None:
+            self._bar.update(samples)
+            self._bar.set_postfix_str(f"{self.num_bytes / 1e6:,.1f} MB", refresh=False)
+        elif not self.quiet and time.perf_counter() - self._last_log >= self.log_every_s:
+            self._last_log = time.perf_counter()
+            self._log_line()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        if not self.quiet:
+            self._log_line()
+
+    def _log_line(self) -> None:
+        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        rate = self.samples / elapsed
+        left = self.total_samples - self.samples
+        eta = f", ETA {left / rate:,.0f} s" if rate > 0 and left > 0 else ""
+        print(
+            f"{self.description}: {self.samples:,}/{self.total_samples:,} {self.unit}, "
+            f"{self.num_bytes / 1e6:,.1f} MB, {rate:,.0f} {self.unit}/s, "
+            f"{self.num_bytes / 1e6 / elapsed:,.1f} MB/s{eta}, {elapsed:,.1f} s",
+            file=self.stream,
+            flush=True,
+        )

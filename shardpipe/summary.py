@@ -1,0 +1,57 @@
+"""``shardpipe inspect``: what a packed dataset holds, and how even its shards are."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from shardpipe.manifest import load_manifest
+
+
+def summarize(root: Path) -> dict[str, Any]:
+    manifest = load_manifest(root)
+    splits = {}
+    for name, shards in manifest.splits.items():
+        counts = [s.num_samples for s in shards] or [0]
+        sizes = [s.num_bytes for s in shards] or [0]
+        splits[name] = {
+            "shards": len(shards),
+            "samples": sum(counts),
+            "bytes": sum(sizes),
+            "shard_samples": {"min": min(counts), "median": statistics.median(counts), "max": max(counts)},
+            "shard_bytes": {"min": min(sizes), "median": statistics.median(sizes), "max": max(sizes)},
+        }
+    return {
+        "format": manifest.format,
+        "fields": list(manifest.fields),
+        "classes": list(manifest.classes) if manifest.classes is not None else None,
+        "split_rule": manifest.split_rule,
+        "source": manifest.source,
+        "shardpipe_version": manifest.shardpipe_version,
+        "fingerprint": manifest.fingerprint(),
+        "splits": splits,
+    }
+
+
+def render(summary: dict[str, Any]) -> str:
+    lines = [
+        f"format: {summary['format']}    fields: {', '.join(summary['fields'])}    "
+        f"fingerprint: {summary['fingerprint']}",
+    ]
+    if summary["classes"] is not None:
+        classes = summary["classes"]
+        shown = ", ".join(classes[:12]) + (f", … ({len(classes)} in all)" if len(classes) > 12 else "")
+        lines.append(f"classes: {shown}")
+    header = (
+        f"{'split':<10} {'shards':>7} {'samples':>12} {'MB':>10}   samples/shard min/median/max   MB/shard"
+    )
+    lines += ["", header, "-" * len(header)]
+    for name, split in summary["splits"].items():
+        counts, sizes = split["shard_samples"], split["shard_bytes"]
+        lines.append(
+            f"{name:<10} {split['shards']:>7,} {split['samples']:>12,} {split['bytes'] / 1e6:>10,.1f}   "
+            f"{counts['min']:,} / {counts['median']:,.0f} / {counts['max']:,}"
+            f"{'':<12}{sizes['min'] / 1e6:,.1f} / {sizes['median'] / 1e6:,.1f} / {sizes['max'] / 1e6:,.1f}"
+        )
+    return "\n".join(lines)
