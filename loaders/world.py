@@ -1,0 +1,62 @@
+"""The one place that reads where this process sits: (rank, world_size) and (worker_index, num_workers).
+
+Precedence for the world: explicit arguments, then an initialized torch.distributed process group, then
+the ``RANK`` / ``WORLD_SIZE`` environment variables that torchrun sets, then a single process (0, 1).
+A world larger than one with no known rank is an error: defaulting to rank 0 would make every process read
+the same share.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch.distributed as dist
+import torch.utils.data
+
+
+def get_world(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
+    """(rank, world_size); each explicit argument overrides what the process group or environment says."""
+    found_rank, found_size = _detect_world()
+    rank = found_rank if rank is None else rank
+    world_size = found_size if world_size is None else world_size
+    if world_size is None:
+        world_size = 1
+    if rank is None:
+        if world_size != 1:
+            raise ValueError(
+                f"world_size is {world_size} but the rank is unknown: "
+                f"pass rank= or set RANK to a value in [0, {world_size})"
+            )
+        rank = 0
+    for name, value in (("rank", rank), ("world_size", world_size)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, got {value!r}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, {world_size}) for world_size {world_size}, got {rank}")
+    return rank, world_size
+
+
+def _detect_world() -> tuple[int | None, int | None]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return _env_int("RANK"), _env_int("WORLD_SIZE")
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {name} must be an integer, got {raw!r}") from exc
+
+
+def get_worker() -> tuple[int, int]:
+    """(worker_index, num_workers) inside a DataLoader worker; (0, 1) in the main process."""
+    info = torch.utils.data.get_worker_info()
+    if info is None:
+        return 0, 1
+    return int(info.id), int(info.num_workers)
