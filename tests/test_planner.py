@@ -45,9 +45,15 @@ def samples_of(spans: list[Span], *, pad: bool | None = None) -> list[Sample]:
     ]
 
 
+def expected_per_rank(sizes: list[int], config: PlanConfig) -> int:
+    """Computed here, not by the planner, so a wrong samples_per_rank cannot agree with itself."""
+    total, world = sum(sizes), config.world_size
+    return math.ceil(total / world) if config.remainder == "pad" else total // world
+
+
 def check_equal_steps(sizes: list[int], config: PlanConfig, plans: Plans) -> None:
     """Guarantee 1: same per-rank total and per-worker counts on every rank, hence the same batch count."""
-    per_rank = samples_per_rank(sum(sizes), config.world_size, config.remainder)
+    per_rank = expected_per_rank(sizes, config)
     counts = worker_sample_counts(per_rank, config.num_workers, config.batch_size)
     assert len(counts) == config.num_readers and sum(counts) == per_rank
     for (_, worker), spans in plans.items():
@@ -60,7 +66,7 @@ def check_equal_steps(sizes: list[int], config: PlanConfig, plans: Plans) -> Non
 def check_exactly_once(sizes: list[int], config: PlanConfig, plans: Plans) -> None:
     """Guarantee 2: each sample once among real spans; pads are flagged duplicates, drops are counted."""
     total, world = sum(sizes), config.world_size
-    per_rank = samples_per_rank(total, world, config.remainder)
+    per_rank = expected_per_rank(sizes, config)
     real = Counter(x for spans in plans.values() for x in samples_of(spans, pad=False))
     pads = [x for spans in plans.values() for x in samples_of(spans, pad=True)]
     universe = {(shard, i) for shard, size in enumerate(sizes) for i in range(size)}
