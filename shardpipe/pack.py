@@ -12,7 +12,7 @@ import hashlib
 import json
 import shutil
 from collections.abc import Iterator
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -205,7 +205,7 @@ def _run(jobs: list[ShardJob], out: Path, options: PackOptions) -> Iterator[Shar
         pending = {pool.submit(write_shard, job, out, options.format) for job in jobs}
         try:
             while pending:
-                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     yield future.result()
         finally:

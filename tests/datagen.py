@@ -1,0 +1,33 @@
+"""Small synthetic sources for tests: trees of sample files with deterministic content."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+
+def payload(key: str, field: str, size: int) -> bytes:
+    """Deterministic bytes unique to (key, field)."""
+    seed = hashlib.sha256(f"{key}.{field}".encode()).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+def make_tree(
+    root: Path,
+    num_samples: int,
+    *,
+    classes: int = 3,
+    fields: tuple[str, ...] = ("bin", "txt"),
+    size: int = 100,
+) -> dict[str, dict[str, bytes]]:
+    """Write ``cls{c}/{i:05d}.{field}`` files; return the expected samples keyed by key."""
+    expected: dict[str, dict[str, bytes]] = {}
+    for i in range(num_samples):
+        key = f"cls{i % classes}/{i:05d}"
+        (root / f"cls{i % classes}").mkdir(parents=True, exist_ok=True)
+        expected[key] = {}
+        for field in fields:
+            data = payload(key, field, size + i % 7)
+            (root / f"{key}.{field}").write_bytes(data)
+            expected[key][field] = data
+    return expected
