@@ -78,9 +78,9 @@ class ShardedLoader(DataLoader[Any]):
         for name, value in expected.items():
             if state.get(name) != value:
                 raise ValueError(
-                    f"cannot resume: loader state has {name}={state.get(name)!r}, found {value!r} expected "
-                    f"to match. Resume with the same dataset, world size, seed, batch size and workers as "
-                    f"the saved run, or start the epoch afresh without load_state_dict()"
+                    f"cannot resume: found {name}={state.get(name)!r} in the saved state, expected {value!r} "
+                    "(this loader's). Resume with the same dataset, world size, seed, batch size and workers "
+                    "as the saved run, or start the epoch afresh without load_state_dict()"
                 )
         self.sharded.set_epoch(int(state["epoch"]))
         self.sharded._skip_batches[0] = int(state["batches"])

@@ -31,3 +31,19 @@ def make_tree(
             (root / f"{key}.{field}").write_bytes(data)
             expected[key][field] = data
     return expected
+
+
+def pack_dataset(
+    root: Path, fmt: str, num_samples: int, *, max_samples: int = 7, split: str | None = None, **tree: object
+) -> Path:
+    """Pack a synthetic tree (``make_tree``) into ``root/<fmt>``; return the dataset folder."""
+    from shardpipe.pack import PackOptions, pack
+    from shardpipe.split import parse_split
+
+    src = root / "src"
+    if not src.exists():
+        make_tree(src, num_samples, **tree)  # type: ignore[arg-type]
+    out = root / fmt
+    options = PackOptions(format=fmt, split=parse_split(split), max_samples=max_samples, labels="dirname")
+    pack(src, out, options, quiet=True)
+    return out

@@ -1,0 +1,187 @@
+"""ShardedDataset and make_loader in one process (plus real DataLoader workers): guarantees per format."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from loaders import ShardedDataset, make_loader
+from shardpipe.manifest import load_manifest
+from tests.datagen import pack_dataset
+
+FORMATS = ["tar", "lmdb", "tfrecord"]
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("packed")
+    # 47 samples in shards of 7 (the last holds 5): uneven, and fewer shards than 3 ranks x 4 workers
+    return {fmt: pack_dataset(root, fmt, 47, max_samples=7) for fmt in FORMATS}
+
+
+def keys_of(dataset: ShardedDataset) -> list[str]:
+    return [s["__key__"] for s in dataset]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("remainder", ["pad", "drop"])
+def test_ranks_cover_every_sample_once_with_equal_counts(
+    packed: dict[str, Path], fmt: str, remainder: str
+) -> None:
+    for world_size in (1, 2, 3, 5, 8):
+        per_rank = []
+        seen: Counter[str] = Counter()
+        pads = 0
+        for rank in range(world_size):
+            dataset = ShardedDataset(
+                packed[fmt], remainder=remainder, rank=rank, world_size=world_size, seed=3
+            )  # type: ignore[arg-type]
+            samples = list(dataset)
+            assert len(samples) == len(dataset)
+            per_rank.append(len(samples))
+            seen.update(s["__key__"] for s in samples if not s["__pad__"])
+            pads += sum(s["__pad__"] for s in samples)
+        assert len(set(per_rank)) == 1
+        if remainder == "pad":
+            assert per_rank[0] == -(-47 // world_size) and len(seen) == 47 and set(seen.values()) == {1}
+            assert pads == world_size * per_rank[0] - 47
+        else:
+            assert per_rank[0] == 47 // world_size and set(seen.values()) == {1} and pads == 0
+            assert len(seen) == world_size * per_rank[0]
+
+
+def test_formats_yield_identical_samples(packed: dict[str, Path]) -> None:
+    runs = []
+    for fmt in FORMATS:
+        dataset = ShardedDataset(packed[fmt], rank=1, world_size=2, seed=5)
+        runs.append([(s["__key__"], s["bin"], s["txt"], s["cls"], s["__pad__"]) for s in dataset])
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_order_depends_only_on_seed_and_epoch(packed: dict[str, Path]) -> None:
+    def order(seed: int, epoch: int) -> list[str]:
+        dataset = ShardedDataset(packed["tar"], seed=seed, rank=0, world_size=1, shuffle_buffer=8)
+        dataset.set_epoch(epoch)
+        return keys_of(dataset)
+
+    assert order(1, 0) == order(1, 0)
+    assert order(1, 0) != order(1, 1)
+    assert order(1, 0) != order(2, 0)
+    assert sorted(order(1, 0)) == sorted(order(1, 1))
+    unshuffled = ShardedDataset(packed["tar"], shuffle=False, rank=0, world_size=1)
+    assert keys_of(unshuffled) == sorted(keys_of(unshuffled))
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("persistent", [True, False])
+def test_set_epoch_reaches_workers(packed: dict[str, Path], context: str, persistent: bool) -> None:
+    def fresh_order(epoch: int) -> list[str]:
+        dataset = ShardedDataset(packed["tar"], rank=0, world_size=1, seed=1)
+        dataset.set_epoch(epoch)
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_size=4, num_workers=2, multiprocessing_context=context
+        )
+        return [k for batch in loader for k in batch["__key__"]]
+
+    dataset = ShardedDataset(packed["tar"], rank=0, world_size=1, seed=1)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=4, num_workers=2, persistent_workers=persistent, multiprocessing_context=context
+    )
+    orders = []
+    for epoch in range(3):
+        dataset.set_epoch(epoch)
+        orders.append([k for batch in loader for k in batch["__key__"]])
+    assert orders[0] != orders[1] != orders[2]
+    assert orders[2] == fresh_order(2)
+
+
+def test_make_loader_length_is_exact_and_epochs_advance_without_set_epoch(
+    packed: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    dataset = ShardedDataset(packed["lmdb"], rank=2, world_size=3, seed=0)
+    for num_workers, batch_size in [(0, 4), (2, 4), (3, 5), (2, 64)]:
+        loader = make_loader(dataset, batch_size=batch_size, num_workers=num_workers)
+        batches = list(loader)
+        assert len(batches) == len(loader) == -(-len(dataset) // batch_size)
+        assert all(len(b["__key__"]) == batch_size for b in batches[:-1])
+    loader = make_loader(dataset, batch_size=4, num_workers=2)
+    with caplog.at_level("WARNING", logger="loaders"):
+        first = [k for b in loader for k in b["__key__"]]
+        second = [k for b in loader for k in b["__key__"]]
+    assert first != second and sorted(first) == sorted(second)
+    assert "set_epoch() was not called" in caplog.text
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_yields_exactly_the_remaining_batches(packed: dict[str, Path], num_workers: int) -> None:
+    def loader() -> torch.utils.data.DataLoader:
+        dataset = ShardedDataset(packed["tfrecord"], rank=0, world_size=2, seed=9, shuffle_buffer=5)
+        return make_loader(dataset, batch_size=3, num_workers=num_workers, persistent_workers=False)
+
+    reference = loader()
+    reference.set_epoch(4)
+    expected = [b["__key__"] for b in reference]
+    for k in (0, 1, 3, len(expected) - 1):
+        run = loader()
+        run.set_epoch(4)
+        iterator = iter(run)
+        consumed = [next(iterator)["__key__"] for _ in range(k)]
+        state = json.loads(json.dumps(run.state_dict()))
+        del iterator
+        resumed = loader()
+        resumed.load_state_dict(state)
+        rest = [b["__key__"] for b in resumed]
+        assert consumed + rest == expected, k
+        assert resumed.state_dict()["batches"] == len(expected)
+
+
+def test_resume_refuses_another_dataset_or_world(packed: dict[str, Path]) -> None:
+    state = make_loader(ShardedDataset(packed["tar"], rank=0, world_size=2), 4, 0).state_dict()
+    with pytest.raises(ValueError, match=r"found world_size=2.*expected 3"):
+        make_loader(ShardedDataset(packed["tar"], rank=0, world_size=3), 4, 0).load_state_dict(state)
+    with pytest.raises(ValueError, match="manifest"):
+        make_loader(ShardedDataset(packed["lmdb"], rank=0, world_size=2), 4, 0).load_state_dict(state)
+
+
+def test_decode_auto_and_transform(packed: dict[str, Path]) -> None:
+    dataset = ShardedDataset(
+        packed["tar"], decode="auto", rank=0, world_size=1, transform=lambda s: (s["cls"], s["txt"])
+    )
+    cls, txt = next(iter(dataset))
+    classes = load_manifest(packed["tar"]).classes
+    assert isinstance(cls, int) and classes is not None and 0 <= cls < len(classes)
+    assert isinstance(txt, str)
+    with pytest.raises(ValueError, match="unknown decoder"):
+        ShardedDataset(packed["tar"], decode={"txt": "nope"}, rank=0, world_size=1)
+
+
+def test_bytes_batches_travel_as_one_buffer(packed: dict[str, Path]) -> None:
+    dataset = ShardedDataset(packed["tar"], rank=0, world_size=1, shuffle=False)
+    batch = next(iter(make_loader(dataset, batch_size=5, num_workers=2)))
+    samples = list(dataset)[:5]
+    assert batch["bin"].tolist() == [s["bin"] for s in samples]
+    assert batch["__key__"] == [s["__key__"] for s in samples]
+    assert batch["__pad__"].dtype == torch.bool
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_corrupt_shard_names_itself_or_is_skipped(tmp_path: Path, fmt: str) -> None:
+    out = pack_dataset(tmp_path, fmt, 20, max_samples=10)
+    manifest = load_manifest(out)
+    shard = out / manifest.splits["train"][1].path
+    data = bytearray(shard.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 64] = bytes(64)  # zero a record's bytes in the middle of shard 1
+    shard.write_bytes(bytes(data))
+    dataset = ShardedDataset(out, rank=0, world_size=1, shuffle=False)
+    with pytest.raises(Exception, match=r"shard-000001.*sample \d+"):
+        list(dataset)
+    skipping = ShardedDataset(out, rank=0, world_size=1, shuffle=False, on_error="skip")
+    samples = list(skipping)
+    assert len(samples) == len(skipping) == 20
+    assert skipping.num_errors >= 1
+    assert sum(s["__pad__"] for s in samples) == skipping.num_errors
