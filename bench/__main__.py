@@ -1,0 +1,136 @@
+"""``python -m bench``: read wait against compute time, per format, against raw files and webdataset.
+
+For each profile (and cache state), every contender runs ``--repeats`` times, interleaved (repeat r of
+every contender before repeat r + 1 of any, the order rotated each repeat) so drift on a noisy machine hits
+all contenders alike. See ``bench.run`` for the warm-up and measurement rules, ``bench.report`` for output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench import contenders, data, report, system
+from bench.compute import BusyStep, make_step
+from bench.run import run_once, summarize
+
+# (warmup, steps) per profile: the window must fit in one epoch of the profile's data.
+WINDOWS = {"small": (10, 150), "large": (5, 60)}
+QUICK_WINDOWS = {"small": (3, 30), "large": (2, 8)}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    p.add_argument("--profile", choices=["small", "large", "both"], default="both")
+    p.add_argument("--quick", action="store_true", help="small data, short windows, 1 repeat (< 1 min)")
+    p.add_argument("--compute-ms", type=float, default=0.0, help="CPU compute step per batch; 0 = pure read")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--workers", type=int, default=2, help="DataLoader workers (and pack workers)")
+    p.add_argument("--repeats", type=int, help="runs per contender (default 3, --quick 1)")
+    p.add_argument("--warmup", type=int, help="discarded steps per run (default per profile)")
+    p.add_argument("--steps", type=int, help="measured steps per run (default per profile)")
+    p.add_argument("--threshold", type=float, default=0.1, help="wait fraction above which: input-bound")
+    p.add_argument("--cold", action="store_true", help="also run with the files evicted from the page cache")
+    p.add_argument("--contenders", default=",".join(contenders.NAMES), help="comma-separated subset")
+    p.add_argument("--out", type=Path, default=Path("bench-results"))
+    p.add_argument(
+        "--cache", type=Path, help="data cache, reused by fingerprint (default bench-results/cache)"
+    )
+    args = p.parse_args(argv)
+    names = [n for n in args.contenders.split(",") if n]
+    unknown = sorted(set(names) - set(contenders.NAMES))
+    if unknown:
+        p.error(f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(contenders.NAMES)}")
+    for flag in ("batch_size", "repeats", "steps"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.workers < 0 or (args.warmup is not None and args.warmup < 0):
+        p.error("--workers and --warmup must be >= 0")
+    if not 0 <= args.threshold <= 1:
+        p.error(f"--threshold must be in [0, 1], got {args.threshold}")
+    args.contenders = names
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    args.cache = args.cache or Path("bench-results") / "cache"
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(1)  # the main process shares the cores with the workers, as in real training
+    started = time.perf_counter()
+    profiles = data.QUICK_PROFILES if args.quick else data.PROFILES
+    windows = QUICK_WINDOWS if args.quick else WINDOWS
+    names = ["small", "large"] if args.profile == "both" else [args.profile]
+    caches = ["warm", "cold"] if args.cold else ["warm"]
+    settings = contenders.LoaderSettings(args.batch_size, args.workers)
+    eviction = system.check_eviction(args.cache) if args.cold else None
+    results: list[dict[str, Any]] = []
+    datasets: dict[str, Any] = {}
+    for profile_name in names:
+        profile = profiles[profile_name]
+        dataset = data.prepare(profile, args.cache, workers=max(args.workers, 1))
+        warmup, steps = windows[profile_name]
+        warmup = warmup if args.warmup is None else args.warmup
+        steps = steps if args.steps is None else args.steps
+        step = make_step(args.compute_ms, profile.sample_bytes)
+        datasets[profile_name] = {
+            "profile": profile.name,
+            "fingerprint": profile.fingerprint,
+            "num_samples": profile.num_samples,
+            "mean_sample_bytes": dataset.payload_bytes / profile.num_samples,
+            "warmup_steps": warmup,
+            "measured_steps": steps,
+            "compute_flops_per_step": step.flops if isinstance(step, BusyStep) else None,
+            "compute_iterations": step.iterations if isinstance(step, BusyStep) else None,
+        }
+        for cache in caches:
+            floor = system.floor(dataset.shard_files("tar"), dataset.payload_bytes, cold=cache == "cold")
+            runs: dict[str, list[Any]] = {n: [] for n in args.contenders}
+            for repeat in range(args.repeats):
+                shift = repeat % len(args.contenders)
+                for name in args.contenders[shift:] + args.contenders[:shift]:
+                    run = run_once(
+                        name, dataset, settings, step, warmup=warmup, steps=steps, cold=cache == "cold"
+                    )
+                    runs[name].append(run)
+                    print(
+                        f"  {profile_name:5} {cache} #{repeat + 1} {name:18} "
+                        f"{run.samples_per_s:11,.0f} samples/s"
+                        f"  wait {run.wait_fraction:4.0%}  first batch {run.first_batch_s:.2f} s",
+                        flush=True,
+                    )
+            entries = [summarize(n, runs[n], args.threshold) for n in args.contenders]
+            report.add_ratios(entries, floor["payload_mb_per_s"])
+            for entry in entries:
+                entry.update(profile=profile_name, cache=cache, floor=floor, eviction=eviction)
+            results.extend(entries)
+    meta = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "wall_s": round(time.perf_counter() - started, 1),
+        "hardware": system.hardware(),
+        "versions": system.versions(),
+        "datasets": datasets,
+        "parameters": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "settings": {
+            **asdict(settings),
+            "shuffle_buffer": contenders.SHUFFLE_BUFFER,
+            "seed": contenders.SEED,
+        },
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "rules": report.RULES,
+        "eviction": eviction,
+    }
+    paths = report.write(args.out, meta, results)
+    print(report.table(results))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The training-like consumer of each batch: host-to-device copy, then a compute step.
+
+On CUDA: pinned batches copied with ``non_blocking=True``, a small ResNet-style model trained in bf16, both
+timed with CUDA events and synchronized at the end of the step (so the next ``next()`` wait is real, not
+hidden behind queued kernels). On CPU: no copy, and a busy step of fixed work calibrated before the runs to
+take ``compute_ms`` on an idle core (``0``: a pure read benchmark). Its measured time can exceed the
+calibration when workers compete for the same cores; that contention is part of what is measured.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from loaders.monitor import InputMonitor
+
+_MATRIX = 64  # side of the square matmul the CPU step repeats
+
+
+class BusyStep:
+    """``iterations`` float32 64x64 matmuls: a fixed amount of work, calibrated to ``compute_ms``."""
+
+    def __init__(self, compute_ms: float) -> None:
+        if compute_ms < 0:
+            raise ValueError(f"--compute-ms must be >= 0, got {compute_ms}")
+        self.compute_ms = compute_ms
+        self.a = torch.randn(_MATRIX, _MATRIX)
+        self.b = torch.randn(_MATRIX, _MATRIX)
+        self.iterations = 0
+        if compute_ms > 0:
+            per_iteration = min(self._time(200) / 200 for _ in range(5))
+            self.iterations = max(1, round(compute_ms / 1000 / per_iteration))
+
+    def _time(self, iterations: int) -> float:
+        start = time.perf_counter()
+        self.run(iterations)
+        return time.perf_counter() - start
+
+    def run(self, iterations: int) -> None:
+        out = self.a
+        for _ in range(iterations):
+            out = torch.mm(out, self.b)
+            out = out.clamp_(-1.0, 1.0)
+
+    @property
+    def flops(self) -> int:
+        return self.iterations * 2 * _MATRIX**3
+
+    def __call__(self, batch: Any, monitor: InputMonitor[Any]) -> None:
+        with monitor.phase("compute"):
+            self.run(self.iterations)
+
+
+class _Block(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1, self.bn2 = nn.BatchNorm2d(channels), nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(x + self.bn2(self.conv2(y)))
+
+
+def small_resnet(num_classes: int = 10, width: int = 64) -> nn.Module:
+    """Stem, two residual blocks, global pool, linear head: a real conv workload, a few GFLOPs per batch."""
+    return nn.Sequential(
+        nn.Conv2d(1, width, 3, padding=1, bias=False),
+        nn.BatchNorm2d(width),
+        nn.ReLU(),
+        _Block(width),
+        _Block(width),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(width, num_classes),
+    )
+
+
+class GpuStep:
+    """Copy (pinned, non-blocking) and one bf16 training step of ``small_resnet``, timed by CUDA events."""
+
+    def __init__(self, sample_bytes: int) -> None:
+        self.device = torch.device("cuda")
+        self.side = max(8, min(64, math.isqrt(sample_bytes * 3 // 4)))  # every sample has >= side**2 bytes
+        self.model = small_resnet().to(self.device)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
+        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+
+    def __call__(self, batch: Any, monitor: InputMonitor[Any]) -> None:
+        start, copied, done = self.events
+        start.record()
+        data = batch["bin"].data.to(self.device, non_blocking=True)
+        labels = batch["cls"].data.to(self.device, non_blocking=True)
+        copied.record()
+        n = len(batch["bin"])
+        pixels = self.side * self.side
+        images = data[: n * pixels].view(n, 1, self.side, self.side).float().div_(255)  # bytes as images
+        target = (labels.long() - 48).clamp_(0, 9)[:n]  # cls values are one ASCII digit each
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = nn.functional.cross_entropy(self.model(images), target)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        done.record()
+        done.synchronize()
+        monitor.add("copy", start.elapsed_time(copied) / 1000)
+        monitor.add("compute", copied.elapsed_time(done) / 1000)
+
+
+def make_step(compute_ms: float, sample_bytes: int) -> BusyStep | GpuStep:
+    """The GPU model when CUDA is there, else the calibrated CPU step."""
+    return GpuStep(sample_bytes) if torch.cuda.is_available() else BusyStep(compute_ms)

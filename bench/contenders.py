@@ -1,0 +1,148 @@
+"""The loaders under test, each built fresh per run with the same DataLoader settings.
+
+Every contender yields the same batch shape: a dict with ``__key__`` (list), ``bin`` and ``cls`` as
+:class:`loaders.RaggedBytes` (collated by ``loaders.collate_samples``), so the consumer and the
+worker-to-main transfer cost the same for all, and the difference is how samples are found and read.
+All shuffle: DistributedSampler for map-style, shard + buffer shuffle for the streaming ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, get_worker_info
+
+from bench.data import Dataset as BenchData
+from bench.data import label_of
+from loaders import ShardedDataset, collate_samples, make_loader
+
+NAMES = ("raw-files", "webdataset", "shardpipe-tar", "shardpipe-lmdb", "shardpipe-tfrecord", "in-memory")
+SHUFFLE_BUFFER = 1024  # samples, for every contender that has a buffer (shardpipe's default)
+SEED = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LoaderSettings:
+    batch_size: int
+    num_workers: int
+    prefetch_factor: int = 4  # make_loader's default, given to every contender
+    persistent_workers: bool = True
+
+    def dataloader_kwargs(self) -> dict[str, Any]:
+        workers = self.num_workers > 0
+        return {
+            "num_workers": self.num_workers,
+            "collate_fn": collate_samples,
+            "pin_memory": torch.cuda.is_available(),
+            "prefetch_factor": self.prefetch_factor if workers else None,
+            "persistent_workers": self.persistent_workers and workers,
+        }
+
+
+class FileDataset(Dataset[dict[str, Any]]):
+    """The common baseline: one ``open()``/``read()`` per sample file, label from its class folder."""
+
+    def __init__(self, tree: Path, files: list[Path]) -> None:
+        self.items = [(str(f), str(f.relative_to(tree).with_suffix("")), label_of(f)) for f in files]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        path, key, label = self.items[index]
+        with open(path, "rb") as f:
+            return {"__key__": key, "bin": f.read(), "cls": label}
+
+
+class MemoryDataset(IterableDataset[dict[str, Any]]):
+    """The ceiling: samples already in RAM, a seeded permutation split over workers, no I/O at all."""
+
+    def __init__(self, samples: list[dict[str, Any]]) -> None:
+        self.samples = samples
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info else (0, 1)
+        order = np.random.default_rng(SEED).permutation(len(self.samples))[worker::num_workers]
+        for i in order.tolist():
+            yield self.samples[i]
+
+
+def load_samples(data: BenchData) -> list[dict[str, Any]]:
+    """Every sample, read once through shardpipe's tar reader in this process (tar is fork-safe)."""
+    return list(ShardedDataset(data.packed("tar"), shuffle=False, seed=SEED))
+
+
+def _webdataset_sample(sample: dict[str, Any]) -> dict[str, Any]:
+    return {"__key__": sample["__key__"], "bin": sample["bin"], "cls": sample["cls"]}
+
+
+def build(name: str, data: BenchData, settings: LoaderSettings) -> Iterable[Any]:
+    """A fresh loader for contender ``name`` (workers start at its first ``iter()``)."""
+    return BUILDERS[name](data, settings)
+
+
+def _raw_files(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
+    dataset = FileDataset(data.tree, data.files())
+    sampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=SEED)
+    return DataLoader(dataset, batch_size=s.batch_size, sampler=sampler, **s.dataloader_kwargs())
+
+
+def _webdataset(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
+    import webdataset as wds
+
+    urls = [str(p) for p in data.shard_files("tar")]
+    pipeline = (
+        wds.WebDataset(urls, shardshuffle=len(urls), seed=SEED, empty_check=False)
+        .shuffle(SHUFFLE_BUFFER)
+        .map(_webdataset_sample)
+        .batched(s.batch_size, collation_fn=collate_samples, partial=True)
+    )
+    kwargs = s.dataloader_kwargs()
+    kwargs.pop("collate_fn")  # batched() already collated
+    return wds.WebLoader(pipeline, batch_size=None, **kwargs)
+
+
+def _shardpipe(format_name: str) -> Callable[[BenchData, LoaderSettings], Iterable[Any]]:
+    def build_one(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
+        dataset = ShardedDataset(
+            data.packed(format_name), shuffle=True, seed=SEED, shuffle_buffer=SHUFFLE_BUFFER
+        )
+        kwargs = s.dataloader_kwargs()
+        return make_loader(
+            dataset,
+            s.batch_size,
+            s.num_workers,
+            pin_memory=kwargs["pin_memory"],
+            persistent_workers=kwargs["persistent_workers"],
+            prefetch_factor=kwargs["prefetch_factor"],
+        )
+
+    return build_one
+
+
+def _in_memory(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
+    return DataLoader(MemoryDataset(load_samples(data)), batch_size=s.batch_size, **s.dataloader_kwargs())
+
+
+BUILDERS: dict[str, Callable[[BenchData, LoaderSettings], Iterable[Any]]] = {
+    "raw-files": _raw_files,
+    "webdataset": _webdataset,
+    "shardpipe-tar": _shardpipe("tar"),
+    "shardpipe-lmdb": _shardpipe("lmdb"),
+    "shardpipe-tfrecord": _shardpipe("tfrecord"),
+    "in-memory": _in_memory,
+}
+
+
+def files_read(name: str, data: BenchData) -> list[Path]:
+    """What a contender reads from disk, for cold-cache eviction (in-memory reads the tar shards to load)."""
+    if name == "raw-files":
+        return data.files()
+    format_name = {"shardpipe-lmdb": "lmdb", "shardpipe-tfrecord": "tfrecord"}.get(name, "tar")
+    return data.shard_files(format_name, with_index=True)

@@ -1,0 +1,136 @@
+"""Synthetic benchmark data: a tree of small files and its packed copies, rebuilt only when stale.
+
+A profile fixes the sample count and mean size. Every sample is one ``.bin`` file in one of ten class
+folders (ImageFolder style; packing adds the ``cls`` label from the folder). Sizes vary by +-25% around the
+mean, contents are seeded random bytes (incompressible), so the data depends only on the profile and
+``DATA_VERSION``: the fingerprint of those decides whether the cache folder is reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+DATA_VERSION = 1
+FORMATS = ("tar", "lmdb", "tfrecord")
+NUM_CLASSES = 10
+NUM_SHARDS = 16  # enough shards for webdataset to split over workers, few enough to read sequentially
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    num_samples: int
+    sample_bytes: int  # mean payload size of the .bin field
+
+    def __post_init__(self) -> None:
+        if self.num_samples < NUM_SHARDS or self.sample_bytes < 16:
+            raise ValueError(f"profile {self.name}: need >= {NUM_SHARDS} samples of >= 16 bytes, got {self}")
+
+    @property
+    def fingerprint(self) -> str:
+        text = json.dumps({**asdict(self), "version": DATA_VERSION, "classes": NUM_CLASSES}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+PROFILES = {
+    "small": Profile("small", 60_000, 1024),
+    "large": Profile("large", 8_000, 64 * 1024),
+}
+QUICK_PROFILES = {
+    "small": Profile("small", 6_000, 1024),
+    "large": Profile("large", 960, 64 * 1024),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Dataset:
+    """Where one profile's data lives: the file tree, one packed folder per format, and its file list."""
+
+    profile: Profile
+    root: Path
+
+    @property
+    def tree(self) -> Path:
+        return self.root / "files"
+
+    def packed(self, format_name: str) -> Path:
+        return self.root / format_name
+
+    def files(self) -> list[Path]:
+        """The small files in key order (the order the packer sees them)."""
+        return sorted(self.tree.rglob("*.bin"))
+
+    def shard_files(self, format_name: str, *, with_index: bool = False) -> list[Path]:
+        """The shard files of one format in manifest order (and their offset indexes, if asked)."""
+        from shardpipe.manifest import load_manifest
+
+        root = self.packed(format_name)
+        paths: list[Path] = []
+        for entry in load_manifest(root).split_shards("train"):
+            paths.append(root / entry.path)
+            if with_index and entry.index_path is not None:
+                paths.append(root / entry.index_path)
+        return paths
+
+    @property
+    def payload_bytes(self) -> int:
+        return int(json.loads((self.root / "ready.json").read_text())["payload_bytes"])
+
+
+def sample_sizes(profile: Profile) -> np.ndarray:
+    """Per-sample payload sizes, uniform in [0.75, 1.25] x the mean, seeded by the profile."""
+    rng = np.random.default_rng([DATA_VERSION, profile.num_samples, profile.sample_bytes])
+    low, high = profile.sample_bytes * 3 // 4, profile.sample_bytes * 5 // 4
+    return rng.integers(low, high + 1, size=profile.num_samples)
+
+
+def prepare(profile: Profile, cache: Path, *, workers: int = 2, log: bool = True) -> Dataset:
+    """Return the profile's dataset under ``cache``, building and packing it if its fingerprint is absent."""
+    dataset = Dataset(profile, Path(cache) / f"{profile.name}-{profile.fingerprint}")
+    if (dataset.root / "ready.json").exists():
+        return dataset
+    if dataset.root.exists():
+        shutil.rmtree(dataset.root)  # an interrupted build: start over
+    if log:
+        print(f"building {profile.name} data: {profile.num_samples:,} files of ~{profile.sample_bytes:,} B")
+    total = _write_tree(profile, dataset.tree)
+    shards = max(profile.num_samples // NUM_SHARDS, 1)
+    for format_name in FORMATS:
+        command = [
+            sys.executable, "-m", "shardpipe", "pack", str(dataset.tree), str(dataset.packed(format_name)),
+            "--format", format_name, "--workers", str(workers), "--labels", "dirname",
+            "--max-samples", str(shards), "--max-bytes", "none", "--quiet",
+        ]  # fmt: skip
+        if log:
+            print("  " + " ".join(command[1:]))
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    info = {"profile": asdict(profile), "fingerprint": profile.fingerprint, "payload_bytes": total}
+    (dataset.root / "ready.json").write_text(json.dumps(info, indent=1))
+    return dataset
+
+
+def _write_tree(profile: Profile, tree: Path) -> int:
+    rng = np.random.default_rng([DATA_VERSION, profile.sample_bytes])
+    sizes = sample_sizes(profile)
+    pool = rng.integers(0, 256, size=int(sizes.max()) * 4, dtype=np.uint8).tobytes()
+    for c in range(NUM_CLASSES):
+        (tree / f"c{c}").mkdir(parents=True, exist_ok=True)
+    for i, size in enumerate(sizes.tolist()):
+        start = (i * 7919) % (
+            len(pool) - size
+        )  # distinct windows of one random pool: cheap, not compressible
+        (tree / f"c{i % NUM_CLASSES}" / f"{i:07d}.bin").write_bytes(pool[start : start + size])
+    return int(sizes.sum())
+
+
+def label_of(path: Path) -> bytes:
+    """The ``cls`` field ``shardpipe pack --labels dirname`` gives this file (the class folder's index)."""
+    return b"%d" % int(path.parent.name[1:])

@@ -1,0 +1,147 @@
+"""The benchmark's outputs: a terminal table, ``report.json``, ``report.md`` and ``throughput.png``.
+
+Ratios are taken within one (profile, cache) group of one run, so they hold on a noisy machine; absolute
+numbers compare only on like hardware, batch size and data (all recorded in the report).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+RULES = {
+    "step": "from asking the loader for a batch to asking for the next; data wait = time blocked in next()",
+    "warmup": "the first --warmup steps of every run are discarded (worker start, first shuffle windows)",
+    "first_batch": "wait of the first step, from iter(loader) (worker start included) to the first batch",
+    "window": "the next --steps steps; throughput = samples in the window / the window's wall time",
+    "repeats": "--repeats runs per contender, interleaved and rotated; median reported, min/max as spread",
+    "mb_per_s": "samples/s x mean payload bytes per sample (the bin field), decimal MB",
+    "verdict": "input-bound when the median wait fraction > --threshold, else compute-bound",
+    "floor": "one sequential pass over the tar shard files (8 MiB reads), as payload MB/s",
+    "cold": "files evicted with posix_fadvise(DONTNEED) before every run; see 'eviction' for whether it took",
+    "peak_rss": "max over the run of the summed RSS of the main process and its workers (shared pages counted"
+    " in each)",
+}
+COLUMNS = ("contender", "samples/s", "spread", "MB/s", "wait", "verdict", "1st batch", "x floor", "x in-mem")
+
+
+def add_ratios(entries: list[dict[str, Any]], floor_mb_per_s: float) -> None:
+    """Each entry's MB/s as a fraction of the physical floor and of the in-memory ceiling."""
+    ceiling = next((e["mb_per_s"] for e in entries if e["contender"] == "in-memory"), None)
+    for entry in entries:
+        entry["floor_mb_per_s"] = floor_mb_per_s
+        entry["fraction_of_floor"] = entry["mb_per_s"] / floor_mb_per_s
+        entry["fraction_of_in_memory"] = entry["mb_per_s"] / ceiling if ceiling else None
+
+
+def _row(e: dict[str, Any]) -> list[str]:
+    memory = e["fraction_of_in_memory"]
+    return [
+        e["contender"],
+        f"{e['samples_per_s']:,.0f}",
+        f"{e['samples_per_s_min']:,.0f}-{e['samples_per_s_max']:,.0f}",
+        f"{e['mb_per_s']:,.1f}",
+        f"{e['wait_fraction']:.0%}",
+        e["verdict"],
+        f"{e['first_batch_s']:.2f} s",
+        f"{e['fraction_of_floor']:.3f}",
+        "-" if memory is None else f"{memory:.2f}",
+    ]
+
+
+def _groups(results: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for entry in results:
+        groups.setdefault((entry["profile"], entry["cache"]), []).append(entry)
+    return groups
+
+
+def _title(entries: list[dict[str, Any]]) -> str:
+    e = entries[0]
+    return (
+        f"{e['profile']} profile (~{e['bytes_per_sample']:,.0f} B/sample), {e['cache']} cache; "
+        f"floor {e['floor_mb_per_s']:,.0f} MB/s"
+    )
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """Plain-text tables, one per (profile, cache)."""
+    lines: list[str] = []
+    for entries in _groups(results).values():
+        rows = [list(COLUMNS), *(_row(e) for e in entries)]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+        lines += ["", _title(entries)]
+        lines += [
+            "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+            for r in rows
+        ]
+    return "\n".join(lines)
+
+
+def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
+    hw, params = meta["hardware"], meta["parameters"]
+    lines = [
+        "# shardpipe I/O benchmark",
+        "",
+        f"{meta['created']} on {hw['cpu']} ({hw['cores_usable']} usable cores, {hw['ram_gib']} GiB RAM, "
+        f"GPU: {hw['gpu'] or 'none'}); device {meta['device']}; batch {params['batch_size']}, "
+        f"{params['workers']} workers, compute {params['compute_ms']} ms/step, "
+        f"{params['repeats']} repeat(s).",
+        "",
+    ]
+    for entries in _groups(results).values():
+        lines += [f"## {_title(entries)}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        lines += ["| " + " | ".join(_row(e)) + " |" for e in entries]
+        lines.append("")
+    lines += ["## Rules", ""] + [f"- **{k}**: {v}" for k, v in meta["rules"].items()]
+    if meta["eviction"]:
+        lines += ["", f"Eviction check: {json.dumps(meta['eviction'])}"]
+    lines += ["", "## Data", "", "```json", json.dumps(meta["datasets"], indent=1), "```"]
+    lines += ["", "## Versions", "", "```json", json.dumps(meta["versions"], indent=1), "```", ""]
+    return "\n".join(lines)
+
+
+def chart(path: Path, results: list[dict[str, Any]]) -> None:
+    """One horizontal bar panel per (profile, cache): MB/s with min-max error bars, wait fraction noted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = _groups(results)
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, 2.2 + 0.45 * 6 * len(groups)), squeeze=False)
+    for ax, entries in zip(axes[:, 0], groups.values(), strict=True):
+        names = [e["contender"] for e in entries]
+        values = [e["mb_per_s"] for e in entries]
+        errors = [
+            [v - e["mb_per_s_min"] for v, e in zip(values, entries, strict=True)],
+            [e["mb_per_s_max"] - v for v, e in zip(values, entries, strict=True)],
+        ]
+        colors = ["tab:orange" if e["verdict"] == "input-bound" else "tab:green" for e in entries]
+        ax.barh(names, values, xerr=errors, color=colors, capsize=3)
+        ax.invert_yaxis()
+        for i, e in enumerate(entries):
+            ax.text(
+                values[i],
+                i,
+                f"  {e['samples_per_s']:,.0f}/s, wait {e['wait_fraction']:.0%}",
+                va="center",
+                fontsize=8,
+            )
+        ax.set_xlim(0, max(values) * 1.45)
+        ax.set_xlabel("payload MB/s (median of repeats, bars: min-max)")
+        ax.set_title(_title(entries), fontsize=10)
+    fig.suptitle("orange: input-bound, green: compute-bound", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(out: Path, meta: dict[str, Any], results: list[dict[str, Any]]) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "report.json", out / "report.md", out / "throughput.png"]
+    paths[0].write_text(json.dumps({**meta, "results": results}, indent=1) + "\n")
+    paths[1].write_text(markdown(meta, results))
+    chart(paths[2], results)
+    return paths

@@ -1,0 +1,146 @@
+"""What the machine is, what its disk can do, and how to make its page cache cold.
+
+Eviction uses ``posix_fadvise(POSIX_FADV_DONTNEED)`` per file (after ``fdatasync``: dirty pages cannot be
+dropped). Whether it worked is checked, not assumed: a probe file is read warm, evicted, and read again;
+a "cold" read no slower than twice the warm one means the kernel (or a RAM-backed file system) kept it.
+The physical floor is one sequential pass over the shard files in large reads: no parsing, no workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import threading
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+READ_CHUNK = 8 << 20
+PROBE_BYTES = 64 << 20
+
+
+def hardware() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "cpu": _cpu_model(),
+        "cores_logical": psutil.cpu_count(logical=True),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "platform": platform.platform(),
+        "gpu": None,
+    }
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info["gpu"] = {"name": props.name, "memory_gib": round(props.total_memory / 2**30, 1)}
+    return info
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def versions() -> dict[str, str]:
+    names = ("shardpipe", "torch", "numpy", "webdataset", "lmdb", "tfrecord", "psutil", "matplotlib")
+    found = {"python": platform.python_version()}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def evict(paths: list[Path]) -> None:
+    """Ask the kernel to drop these files from the page cache."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def read_all(paths: list[Path]) -> tuple[int, float]:
+    """Read the files front to back in large chunks; return (bytes, seconds)."""
+    total, start = 0, time.perf_counter()
+    buffer = bytearray(READ_CHUNK)
+    for path in paths:
+        with open(path, "rb", buffering=0) as f:
+            while n := f.readinto(buffer):
+                total += n
+    return total, time.perf_counter() - start
+
+
+def check_eviction(cache: Path) -> dict[str, Any]:
+    """Time a probe file warm, then after eviction: did eviction make reads slower?"""
+    probe = cache / "evict-probe.bin"
+    if not probe.exists() or probe.stat().st_size != PROBE_BYTES:
+        cache.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(os.urandom(PROBE_BYTES))
+    read_all([probe])
+    _, warm = read_all([probe])
+    evict([probe])
+    _, cold = read_all([probe])
+    ratio = cold / max(warm, 1e-9)
+    return {
+        "effective": ratio > 2.0,
+        "warm_read_mb_per_s": round(PROBE_BYTES / warm / 1e6, 1),
+        "evicted_read_mb_per_s": round(PROBE_BYTES / cold / 1e6, 1),
+        "slowdown": round(ratio, 2),
+    }
+
+
+def floor(paths: list[Path], payload_bytes: int, *, cold: bool) -> dict[str, float]:
+    """Sequential read of the shard files: file MB/s, and the payload MB/s that pass carries."""
+    if cold:
+        evict(paths)
+    else:
+        read_all(paths)  # make sure they are cached
+    num_bytes, seconds = read_all(paths)
+    return {
+        "file_mb_per_s": num_bytes / seconds / 1e6,
+        "payload_mb_per_s": payload_bytes / seconds / 1e6,
+        "seconds": seconds,
+    }
+
+
+class PeakRss:
+    """Samples the RSS of this process plus its children (DataLoader workers) every ``interval`` s.
+
+    Summed RSS counts pages shared between parent and forked workers more than once: an upper bound.
+    """
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.interval, self.peak = interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        me = psutil.Process()
+        while True:
+            total = me.memory_info().rss
+            for child in me.children(recursive=True):
+                with contextlib.suppress(psutil.Error):  # a worker may exit meanwhile
+                    total += child.memory_info().rss
+            self.peak = max(self.peak, total)
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

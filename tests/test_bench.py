@@ -1,0 +1,66 @@
+"""``python -m bench --quick`` end to end: the report's structure and internal consistency, not its speed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.contenders import NAMES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("bench") / "out"
+    command = [sys.executable, "-m", "bench", "--quick", "--out", str(out), "--threshold", "0.1"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert (out / "report.md").read_text().startswith("# shardpipe I/O benchmark")
+    assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for name in NAMES:
+        assert name in done.stdout  # the terminal table
+    return json.loads((out / "report.json").read_text())
+
+
+def test_every_contender_in_every_profile(report: dict) -> None:
+    groups = {(e["profile"], e["cache"]) for e in report["results"]}
+    assert groups == {("small", "warm"), ("large", "warm")}
+    for group in groups:
+        names = [e["contender"] for e in report["results"] if (e["profile"], e["cache"]) == group]
+        assert sorted(names) == sorted(NAMES)
+
+
+def test_numbers_are_consistent(report: dict) -> None:
+    threshold = report["parameters"]["threshold"]
+    for e in report["results"]:
+        sample_bytes = report["datasets"][e["profile"]]["mean_sample_bytes"]
+        assert 0.75 * sample_bytes <= e["bytes_per_sample"] <= 1.25 * sample_bytes
+        assert e["mb_per_s"] == pytest.approx(e["samples_per_s"] * e["bytes_per_sample"] / 1e6)
+        assert e["samples_per_s_min"] <= e["samples_per_s"] <= e["samples_per_s_max"]
+        assert 0.0 <= e["wait_fraction"] <= 1.0
+        assert e["verdict"] == ("input-bound" if e["wait_fraction"] > threshold else "compute-bound")
+        assert e["fraction_of_floor"] == pytest.approx(e["mb_per_s"] / e["floor_mb_per_s"])
+        assert e["fraction_of_floor"] > 0 and e["fraction_of_in_memory"] > 0
+        assert e["first_batch_s"] > 0 and e["peak_rss_mb"] > 0
+        for run in e["runs"]:
+            assert run["steps"] == report["datasets"][e["profile"]]["measured_steps"]
+            assert run["samples"] <= run["steps"] * report["parameters"]["batch_size"]
+            assert 0.0 <= run["wait_s"] <= run["seconds"]
+        if e["contender"] == "in-memory":
+            assert e["fraction_of_in_memory"] == pytest.approx(1.0)
+
+
+def test_report_records_what_makes_results_comparable(report: dict) -> None:
+    assert report["hardware"]["cpu"] and report["hardware"]["cores_logical"] >= 1
+    assert {"torch", "webdataset", "shardpipe", "python"} <= set(report["versions"])
+    for dataset in report["datasets"].values():
+        assert len(dataset["fingerprint"]) == 16
+        assert dataset["warmup_steps"] >= 0 and dataset["measured_steps"] >= 1
+    for key in ("batch_size", "workers", "repeats", "warmup", "steps", "compute_ms", "cold"):
+        assert key in report["parameters"]
+    assert {"warmup", "window", "repeats", "verdict", "floor"} <= set(report["rules"])
