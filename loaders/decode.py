@@ -46,7 +46,7 @@ def decode_image(data: bytes) -> torch.Tensor:
     with Image.open(io.BytesIO(data)) as image:
         array = np.asarray(image)
     array = array[:, :, None] if array.ndim == 2 else array  # (H, W) -> (H, W, 1)
-    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))  # (C, H, W)
+    return torch.from_numpy(array.transpose(2, 0, 1).copy())  # (C, H, W); a writable copy of Pillow's buffer
 
 
 BUILTIN: dict[str, Decoder] = {

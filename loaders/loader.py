@@ -42,11 +42,8 @@ class ShardedLoader(DataLoader[Any]):
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         epoch = self.sharded.epoch
-        if (
-            self._pass_epoch is not None
-            and epoch == self._pass_epoch
-            and not int(self.sharded._skip_batches[0])
-        ):
+        repeated = self._pass_epoch is not None and epoch == self._pass_epoch
+        if repeated and self.sharded.shuffle and not int(self.sharded._skip_batches[0]):
             epoch += 1
             self.sharded.set_epoch(epoch)
             if not self._warned:
