@@ -1,0 +1,99 @@
+"""A small, safe binary codec for one sample: the record layout of LMDB values.
+
+Layout (all integers little-endian)::
+
+    u32 field_count                    (the key counts as a field, stored first as ``__key__``)
+    field_count x u64 data_length
+    field_count x u16 name_length
+    names, UTF-8, concatenated
+    data, concatenated
+
+The lengths come first as one fixed-width table, so decoding takes one ``struct`` call per record, and the
+names block (equal for every record of a shard) is decoded once and cached. Decoding only slices bytes and
+checks lengths: a corrupt or hostile record raises :class:`FramingError`, never runs code (no pickle).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+
+from shardpipe.errors import DataError
+from shardpipe.formats import Fields
+
+VERSION = 1
+KEY_FIELD = "__key__"
+_COUNT = struct.Struct("<I")
+_MAX_FIELDS = 4096
+_tables: dict[int, struct.Struct] = {}
+_schemas: dict[bytes, tuple[str, ...]] = {}  # name-length table + names -> names; a shard repeats one
+
+
+class FramingError(DataError):
+    """A record's bytes do not follow the layout; the message says where."""
+
+
+def _table(count: int) -> struct.Struct:
+    table = _tables.get(count)
+    if table is None:
+        table = _tables[count] = struct.Struct(f"<{count}Q{count}H")
+    return table
+
+
+def encode(key: str, fields: Mapping[str, bytes]) -> bytes:
+    """Frame ``key`` and ``fields`` (in sorted name order, so equal samples give equal bytes)."""
+    if KEY_FIELD in fields:
+        raise FramingError(f"sample {key!r} has a field named {KEY_FIELD!r}, which holds the key")
+    if len(fields) >= _MAX_FIELDS:
+        raise FramingError(f"sample {key!r} has {len(fields)} fields; at most {_MAX_FIELDS - 1} fit")
+    items = [(KEY_FIELD, key.encode()), *sorted(fields.items())]
+    names = [name.encode() for name, _ in items]
+    if any(len(name) > 0xFFFF for name in names):
+        raise FramingError(f"sample {key!r} has a field name longer than 65535 bytes")
+    table = _table(len(items)).pack(*(len(data) for _, data in items), *(len(name) for name in names))
+    return b"".join((_COUNT.pack(len(items)), table, *names, *(bytes(data) for _, data in items)))
+
+
+def _names(schema: bytes, count: int) -> tuple[str, ...]:
+    lengths = struct.unpack_from(f"<{count}H", schema)
+    raw, names, pos = schema[2 * count :], [], 0
+    for length in lengths:
+        names.append(raw[pos : pos + length].decode())
+        pos += length
+    if not names or names[0] != KEY_FIELD or len(set(names)) != count:
+        raise FramingError(f"field names {names!r} must start with {KEY_FIELD!r} and be unique")
+    if len(_schemas) < 1024:
+        _schemas[schema] = tuple(names)
+    return tuple(names)
+
+
+def decode(record: bytes | memoryview) -> tuple[str, Fields]:
+    """Return ``(key, fields)``, as bytes copied out of ``record`` (which may be a transient buffer)."""
+    end = len(record)
+    try:
+        (count,) = _COUNT.unpack_from(record, 0)
+        if not 0 < count < _MAX_FIELDS:
+            raise FramingError(f"record declares {count} fields")
+        table = _table(count)
+        lengths = table.unpack_from(record, 4)
+        names_start = 4 + 8 * count
+        pos = 4 + table.size + sum(lengths[count:])
+        schema = bytes(record[names_start:pos])
+        names = _schemas.get(schema) or _names(schema, count)
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise FramingError(f"record of {end} bytes has a malformed header: {exc}") from exc
+    if pos + sum(lengths[:count]) != end:
+        raise FramingError(f"record is {end} bytes, its header declares {pos + sum(lengths[:count])}")
+    view = record if isinstance(record, memoryview) else memoryview(record)
+    key_end = pos + lengths[0]
+    try:
+        key = str(view[pos:key_end], "utf-8")
+    except UnicodeDecodeError as exc:
+        raise FramingError(f"key is not UTF-8: {exc}") from exc
+    fields: Fields = {}
+    pos = key_end
+    for index in range(1, count):
+        stop = pos + lengths[index]
+        fields[names[index]] = view[pos:stop].tobytes()
+        pos = stop
+    return key, fields

@@ -1,0 +1,179 @@
+"""LMDB shards: one single-file environment per shard, samples under 8-byte big-endian indices.
+
+Values are :mod:`shardpipe.formats.framing` records, never pickles. Two metadata entries sort after every
+index key: ``__count__`` (ASCII sample count) and ``__shardpipe__`` (framing version). The writer opens the
+file without a lock file (``lock=False``), so renaming the one file publishes the whole shard. It buffers
+records and commits them in chunks with ``append=True``, doubling the map whenever LMDB reports it full, so
+nobody has to guess a map size, and the file only holds the pages written. Readers open each shard lazily,
+read-only, once per process: the cache is keyed by pid, so an environment never crosses a fork.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import lmdb
+
+from shardpipe.errors import CorruptShardError
+from shardpipe.formats import Fields, framing
+
+COUNT_KEY = b"__count__"
+VERSION_KEY = b"__shardpipe__"
+_INDEX = struct.Struct(">Q")
+_INITIAL_MAP_SIZE = 1 << 24
+_CHUNK_BYTES = 1 << 25
+_MAX_OPEN = 64  # environments kept open per process: each holds a file descriptor and a mapping
+
+
+def _open(path: Path, **options: object) -> lmdb.Environment:
+    return lmdb.open(str(path), subdir=False, lock=False, **options)
+
+
+class LmdbWriter:
+    """Buffers framed samples and commits them in chunks under consecutive index keys."""
+
+    def __init__(self, path: Path) -> None:
+        Path(path).unlink(missing_ok=True)  # a stale file would be appended to, not replaced
+        self._env = _open(path, map_size=_INITIAL_MAP_SIZE, sync=False, metasync=False, readahead=False)
+        self._pending: list[tuple[bytes, bytes]] = []
+        self._pending_bytes = 0
+        self._num_samples = 0
+
+    def write(self, key: str, fields: Mapping[str, bytes]) -> None:
+        record = framing.encode(key, fields)
+        self._pending.append((_INDEX.pack(self._num_samples), record))
+        self._num_samples += 1
+        self._pending_bytes += len(record)
+        if self._pending_bytes >= _CHUNK_BYTES:
+            self._commit()
+
+    def _commit(self) -> None:
+        while True:
+            try:
+                with self._env.begin(write=True) as txn:
+                    txn.cursor().putmulti(self._pending, append=True)
+                break
+            except lmdb.MapFullError:
+                self._env.set_mapsize(self._env.info()["map_size"] * 2)
+        self._pending, self._pending_bytes = [], 0
+
+    def close(self) -> list[int]:
+        self._pending += [(COUNT_KEY, b"%d" % self._num_samples), (VERSION_KEY, b"%d" % framing.VERSION)]
+        self._commit()
+        self._env.sync(True)
+        self._env.close()
+        return list(range(self._num_samples + 1))
+
+
+_envs: OrderedDict[tuple[str, int, int], lmdb.Environment] = OrderedDict()
+_envs_pid = os.getpid()
+
+
+def _cached_env(path: Path) -> lmdb.Environment:
+    """This process's read-only environment for ``path``, reopened if the file was replaced.
+
+    Environments inherited through a fork are closed in the child, never used: closing frees the child's
+    copy of the mapping and clears py-lmdb's per-process "already open" mark, which a fork also copies and
+    which would otherwise refuse to reopen the same file.
+    """
+    global _envs_pid
+    shard = str(path)
+    if _envs_pid != os.getpid():
+        for inherited in _envs.values():
+            inherited.close()
+        _envs.clear()
+        _envs_pid = os.getpid()
+    try:
+        stat = Path(path).stat()
+        key = (shard, stat.st_ino, stat.st_mtime_ns)
+        env = _envs.get(key)
+        if env is None:
+            env = _envs[key] = _open(path, readonly=True, readahead=False, max_spare_txns=1)
+            while len(_envs) > _MAX_OPEN:
+                _envs.popitem(last=False)  # an open transaction keeps its environment alive
+        else:
+            _envs.move_to_end(key)
+        return env
+    except (OSError, lmdb.Error) as exc:
+        raise CorruptShardError(shard, f"cannot open LMDB environment: {exc}") from exc
+
+
+def close_environments() -> None:
+    """Close this process's cached read environments.
+
+    py-lmdb refuses to open a file twice in one process, so code that opens a shard itself (to repair or
+    inspect it) calls this first. Transactions still open in live readers become invalid.
+    """
+    for env in _envs.values():
+        env.close()
+    _envs.clear()
+
+
+class LmdbFormat:
+    name = "lmdb"
+    suffix = ".lmdb"
+    needs_index = False
+
+    def open_writer(self, path: Path) -> LmdbWriter:
+        return LmdbWriter(path)
+
+    def read(
+        self, path: Path, start: int, stop: int, offsets: Sequence[int] | None = None
+    ) -> Iterator[tuple[str, Fields]]:
+        if stop <= start:
+            return
+        shard = str(path)
+        with _cached_env(path).begin(buffers=True) as txn:
+            num_samples = bytes(txn.get(COUNT_KEY) or b"")
+            if not num_samples.isdigit() or stop > int(num_samples):
+                detail = f"samples [{start}, {stop}) requested, the shard holds {num_samples.decode()!r}"
+                raise CorruptShardError(shard, detail, sample_index=start)
+            cursor = txn.cursor()
+            if not cursor.set_key(_INDEX.pack(start)):
+                raise CorruptShardError(shard, "no record under this index", sample_index=start)
+            values = cursor.iternext(keys=False, values=True)
+            for index in range(start, stop):
+                value = next(values, None)
+                if value is None or (index == stop - 1 and bytes(cursor.key()) != _INDEX.pack(index)):
+                    raise CorruptShardError(shard, "records are missing or out of order", sample_index=index)
+                try:
+                    sample = framing.decode(value)
+                except framing.FramingError as exc:
+                    raise CorruptShardError(shard, str(exc), sample_index=index) from exc
+                yield sample
+
+    def scan(self, path: Path) -> tuple[list[str], list[int], set[str]]:
+        shard = str(path)
+        keys: list[str] = []
+        names: set[str] = set()
+        with _cached_env(path).begin(buffers=True) as txn:
+            meta = {key: bytes(txn.get(key) or b"") for key in (COUNT_KEY, VERSION_KEY)}
+            for raw_key, value in txn.cursor():
+                if raw_key in (COUNT_KEY, VERSION_KEY):
+                    continue
+                if bytes(raw_key) != _INDEX.pack(len(keys)):
+                    raise CorruptShardError(
+                        shard, f"unexpected key {bytes(raw_key)!r}", sample_index=len(keys)
+                    )
+                try:
+                    key, fields = framing.decode(value)
+                except framing.FramingError as exc:
+                    raise CorruptShardError(shard, str(exc), sample_index=len(keys)) from exc
+                keys.append(key)
+                names.update(fields)
+        if meta[VERSION_KEY] != b"%d" % framing.VERSION:
+            raise CorruptShardError(
+                shard, f"framing version {meta[VERSION_KEY]!r}, expected {framing.VERSION}"
+            )
+        if meta[COUNT_KEY] != b"%d" % len(keys):
+            raise CorruptShardError(
+                shard, f"{COUNT_KEY!r} says {meta[COUNT_KEY]!r}, found {len(keys)} records"
+            )
+        return keys, list(range(len(keys) + 1)), names
+
+
+FORMAT = LmdbFormat()

@@ -1,0 +1,370 @@
+"""Format round trips, determinism, interop with webdataset / tfrecord, and corruption detection."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import struct
+import tarfile
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shardpipe.errors import CorruptShardError, DataError
+from shardpipe.formats import Fields, Format, all_formats, framing, get_format
+from shardpipe.formats import lmdb as lmdb_format
+from shardpipe.formats import tfrecord as tfrecord_format
+
+FORMATS = sorted(all_formats())
+Sample = tuple[str, Fields]
+
+_component = st.text(st.characters(categories=["L", "N"], include_characters="_-ü"), min_size=1, max_size=70)
+_field = st.from_regex(r"[a-z0-9]{1,6}(\.[a-z0-9]{1,4})?", fullmatch=True)
+_samples = st.lists(
+    st.tuples(
+        st.lists(_component, min_size=1, max_size=3).map("/".join),
+        st.dictionaries(_field, st.binary(max_size=1500), min_size=1, max_size=4),
+    ),
+    max_size=12,
+    unique_by=lambda sample: sample[0],
+)
+
+
+def write(fmt: Format, path: Path, samples: Sequence[Sample]) -> list[int]:
+    writer = fmt.open_writer(path)
+    for key, fields in samples:
+        writer.write(key, fields)
+    return writer.close()
+
+
+def some_samples(num_samples: int = 20, size: int = 100) -> list[Sample]:
+    return [
+        (f"c{i % 3}/{i:04d}", {"bin": bytes([i % 256]) * (size + i), "cls": b"%d" % (i % 3)})
+        for i in range(num_samples)
+    ]
+
+
+@pytest.mark.parametrize("name", FORMATS)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(samples=_samples, data=st.data())
+def test_round_trip_and_determinism(name: str, samples: list[Sample], data: st.DataObject) -> None:
+    fmt = get_format(name)
+    with tempfile.TemporaryDirectory() as tmp:
+        path, again = Path(tmp) / f"a{fmt.suffix}", Path(tmp) / f"b{fmt.suffix}"
+        offsets = write(fmt, path, samples)
+        write(fmt, again, samples)
+        assert path.read_bytes() == again.read_bytes()
+        assert len(offsets) == len(samples) + 1
+        assert list(fmt.read(path, 0, len(samples), offsets)) == samples
+        start = data.draw(st.integers(0, len(samples)))
+        stop = data.draw(st.integers(start, len(samples)))
+        assert list(fmt.read(path, start, stop, offsets)) == samples[start:stop]
+        keys, scanned, names = fmt.scan(path)
+        assert keys == [key for key, _ in samples]
+        assert scanned == offsets
+        assert names == {field for _, fields in samples for field in fields}
+        assert sorted(os.listdir(tmp)) == [path.name, again.name]  # no lock or side files
+
+
+def test_registry_names_each_format() -> None:
+    for name, fmt in all_formats().items():
+        assert fmt.name == name and fmt.suffix == f".{name}"
+    assert [f.needs_index for f in map(get_format, ("tar", "tfrecord", "lmdb"))] == [True, True, False]
+
+
+# --- tar ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings(
+    "ignore::pytest.PytestUnraisableExceptionWarning"
+)  # webdataset leaves its file open
+def test_tar_reads_in_webdataset_unchanged(tmp_path: Path) -> None:
+    import webdataset as wds
+
+    samples = [*some_samples(5), ("d" * 120 + "/long", {"seg.png": b"x" * 700}), ("ü/ß", {"txt": b""})]
+    path = tmp_path / "s.tar"
+    write(get_format("tar"), path, samples)
+    read = [
+        (s["__key__"], {k: v for k, v in s.items() if not k.startswith("__")})
+        for s in wds.WebDataset(str(path), shardshuffle=False)
+    ]
+    assert read == samples
+    with tarfile.open(path) as tar:
+        member = tar.getmembers()[0]
+        assert (member.mtime, member.uid, member.gid, member.uname, member.mode) == (0, 0, 0, "", 0o444)
+
+
+@pytest.mark.parametrize("tar_format", ["USTAR_FORMAT", "PAX_FORMAT", "GNU_FORMAT"])
+def test_tar_adopts_webdataset_and_tarfile_shards(tmp_path: Path, tar_format: str) -> None:
+    import webdataset as wds
+
+    samples = [*some_samples(4), ("e" * 130 + "/deep", {"png": b"p"}), ("ключ/1", {"cls": b"7"})]
+    path = tmp_path / "w.tar"
+    with wds.TarWriter(str(path), format=tar_format) as sink:
+        for key, fields in samples:
+            sink.write({"__key__": key, **fields})
+    fmt = get_format("tar")
+    keys, offsets, names = fmt.scan(path)
+    assert keys == [key for key, _ in samples] and names == {"bin", "cls", "png"}
+    assert list(fmt.read(path, 0, len(samples), offsets)) == samples
+    assert list(fmt.read(path, 4, 6, offsets)) == samples[4:6]
+
+
+def test_tar_adopts_shard_writer_output(tmp_path: Path) -> None:
+    import webdataset as wds
+
+    samples = some_samples(7)
+    with wds.ShardWriter(str(tmp_path / "s-%02d.tar"), maxcount=4, verbose=0) as sink:
+        for key, fields in samples:
+            sink.write({"__key__": key, **fields})
+    fmt, got = get_format("tar"), []
+    for path in sorted(tmp_path.glob("s-*.tar")):
+        keys, offsets, _ = fmt.scan(path)
+        got += list(fmt.read(path, 0, len(keys), offsets))
+    assert got == samples
+
+
+def _tar_of(members: list[tuple[str, bytes]], fmt: int = tarfile.PAX_FORMAT) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        ([("a/1.png", b"x"), ("b/1.png", b"y"), ("a/1.cls", b"z")], "appears twice"),
+        ([("a/1.png", b"x"), ("a/1.png", b"y")], "duplicate member"),
+        ([("a/noext", b"x")], "not named"),
+    ],
+)
+def test_tar_scan_rejects_bad_layouts(tmp_path: Path, members: list[tuple[str, bytes]], message: str) -> None:
+    path = tmp_path / "bad.tar"
+    path.write_bytes(_tar_of(members))
+    with pytest.raises(CorruptShardError, match=message):
+        get_format("tar").scan(path)
+
+
+@pytest.mark.parametrize("damage", ["header", "checksum", "truncate", "truncate_header", "no_end"])
+def test_tar_corruption_is_reported(tmp_path: Path, damage: str) -> None:
+    fmt, path = get_format("tar"), tmp_path / "s.tar"
+    offsets = write(fmt, path, some_samples(6))
+    raw = bytearray(path.read_bytes())
+    second = offsets[1]
+    if damage == "header":
+        raw[second + 3] ^= 0x01  # inside a name: only the checksum can tell
+    elif damage == "checksum":
+        raw[second + 150] = ord("7") if raw[second + 150] != ord("7") else ord("6")
+    elif damage == "truncate":
+        raw = raw[: offsets[3] + 700]
+    elif damage == "truncate_header":
+        raw = raw[: offsets[3] + 100]
+    else:
+        raw = raw[: offsets[-1]]
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptShardError) as info:
+        fmt.scan(path)
+    assert info.value.offset is not None and info.value.shard == str(path)
+    if damage in ("header", "checksum"):
+        assert "checksum" in str(info.value) and info.value.offset == second
+        with pytest.raises(CorruptShardError, match="checksum"):
+            list(fmt.read(path, 1, 2, offsets))
+        assert len(list(fmt.read(path, 2, 6, offsets))) == 4  # other spans still read
+
+
+def test_tar_read_checks_the_index(tmp_path: Path) -> None:
+    fmt, path = get_format("tar"), tmp_path / "s.tar"
+    offsets = write(fmt, path, some_samples(4))
+    with pytest.raises(CorruptShardError, match="index says"):
+        list(fmt.read(path, 0, 1, [offsets[0], offsets[2]]))
+    with pytest.raises(DataError):
+        list(fmt.read(path, 0, 1, None))
+
+
+@pytest.mark.parametrize(
+    ("key", "field"), [("a/b.c", "png"), ("a/", "png"), ("a", ""), ("a", "x/y"), ("a", None)]
+)
+def test_tar_writer_rejects_what_webdataset_would_read_differently(
+    tmp_path: Path, key: str, field: str | None
+) -> None:
+    writer = get_format("tar").open_writer(tmp_path / "s.tar")
+    with pytest.raises(DataError, match=r"naming rule|no fields"):
+        writer.write(key, {} if field is None else {field: b"x"})
+    assert writer.close() == [0]
+
+
+# --- TFRecord ----------------------------------------------------------------------------------------
+
+
+def test_tfrecord_readable_by_tfrecord_package(tmp_path: Path) -> None:
+    from tfrecord.reader import tfrecord_loader
+
+    samples = some_samples(5)
+    path = tmp_path / "s.tfrecord"
+    write(get_format("tfrecord"), path, samples)
+    description = {"__key__": "byte", "bin": "byte", "cls": "byte"}
+    got = [
+        (bytes(r["__key__"]).decode(), {"bin": bytes(r["bin"]), "cls": bytes(r["cls"])})
+        for r in tfrecord_loader(str(path), None, description)
+    ]
+    assert got == samples
+
+
+def test_tfrecord_reads_foreign_files(tmp_path: Path) -> None:
+    from tfrecord.writer import TFRecordWriter
+
+    path = tmp_path / "foreign.tfrecord"
+    writer = TFRecordWriter(str(path))
+    writer.write(
+        {"jpg": (b"\xff\xd8", "byte"), "label": ([3, -1, 2**40], "int"), "box": ([0.1, 2.5], "float")}
+    )
+    writer.write({"__key__": (b"k/1", "byte"), "jpg": (b"", "byte"), "label": (7, "int")})
+    writer.close()
+    fmt = get_format("tfrecord")
+    keys, offsets, names = fmt.scan(path)
+    assert keys == ["foreign/00000000", "k/1"] and names == {"jpg", "label", "box"}
+    first, second = fmt.read(path, 0, 2, offsets)
+    box = " ".join(repr(x) for x in struct.unpack("<2f", struct.pack("<2f", 0.1, 2.5))).encode()
+    assert first == ("foreign/00000000", {"jpg": b"\xff\xd8", "label": b"3 -1 1099511627776", "box": box})
+    assert second == ("k/1", {"jpg": b"", "label": b"7"})
+    assert list(fmt.read(path, 1, 2, offsets)) == [second]
+
+
+def test_tfrecord_multi_value_bytes_is_unsupported(tmp_path: Path) -> None:
+    from tfrecord.writer import TFRecordWriter
+
+    path = tmp_path / "multi.tfrecord"
+    writer = TFRecordWriter(str(path))
+    writer.write({"txt": ([b"a", b"b"], "byte")})
+    writer.close()
+    with pytest.raises(CorruptShardError, match="only one is supported"):
+        get_format("tfrecord").scan(path)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"), [(3, "length CRC"), (9, "length CRC"), (20, "data CRC"), (-1, "truncated")]
+)
+def test_tfrecord_corruption_is_reported(tmp_path: Path, damage: int, message: str) -> None:
+    fmt, path = get_format("tfrecord"), tmp_path / "s.tfrecord"
+    offsets = write(fmt, path, some_samples(3))
+    raw = bytearray(path.read_bytes())
+    if damage < 0:
+        raw = raw[:-5]
+    else:
+        raw[offsets[1] + damage] ^= 0x40
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptShardError, match=message) as info:
+        fmt.scan(path)
+    assert info.value.sample_index == (2 if damage < 0 else 1)
+    with pytest.raises(CorruptShardError, match=message):
+        list(fmt.read(path, 0, 3, offsets))
+
+
+def test_tfrecord_example_encoding_matches_protobuf() -> None:
+    pytest.importorskip("tfrecord.example_pb2")
+    from tfrecord import example_pb2
+
+    encoded = tfrecord_format.encode_example("k/1", {"png": b"\x00" * 300, "cls": b"3"})
+    example = example_pb2.Example()
+    example.ParseFromString(encoded)
+    features = example.features.feature
+    assert {name: list(f.bytes_list.value) for name, f in features.items()} == {
+        "__key__": [b"k/1"],
+        "png": [b"\x00" * 300],
+        "cls": [b"3"],
+    }
+
+
+# --- LMDB --------------------------------------------------------------------------------------------
+
+
+def test_lmdb_grows_its_map_and_stays_compact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lmdb_format, "_INITIAL_MAP_SIZE", 1 << 16)
+    monkeypatch.setattr(lmdb_format, "_CHUNK_BYTES", 1 << 18)
+    samples = some_samples(300, size=8000)
+    fmt, path = get_format("lmdb"), tmp_path / "s.lmdb"
+    assert write(fmt, path, samples) == list(range(301))
+    data_bytes = sum(len(v) for _, fields in samples for v in fields.values())
+    assert data_bytes < path.stat().st_size < 1.5 * data_bytes + (1 << 16)
+    assert os.listdir(tmp_path) == ["s.lmdb"]
+    assert list(fmt.read(path, 290, 300)) == samples[290:]
+
+
+def test_lmdb_reader_reopens_after_fork(tmp_path: Path) -> None:
+    fmt, path = get_format("lmdb"), tmp_path / "s.lmdb"
+    samples = some_samples(5)
+    write(fmt, path, samples)
+    assert list(fmt.read(path, 0, 1)) == samples[:1]  # caches the environment in this process
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            ok = list(fmt.read(path, 1, 5)) == samples[1:] and fmt.scan(path)[0][4] == samples[4][0]
+        except BaseException:
+            ok = False
+        os.write(write_end, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write_end)
+    assert os.read(read_end, 1) == b"1"
+    os.waitpid(pid, 0)
+    assert list(fmt.read(path, 4, 5)) == samples[4:]
+
+
+def test_lmdb_reads_a_replaced_file(tmp_path: Path) -> None:
+    fmt, path = get_format("lmdb"), tmp_path / "s.lmdb"
+    write(fmt, path, some_samples(3))
+    list(fmt.read(path, 0, 3))
+    other = some_samples(4, size=9)
+    write(fmt, tmp_path / "new.lmdb", other)
+    (tmp_path / "new.lmdb").replace(path)
+    assert list(fmt.read(path, 0, 4)) == other
+
+
+def test_lmdb_scan_checks_count_and_records(tmp_path: Path) -> None:
+    import lmdb
+
+    fmt, path = get_format("lmdb"), tmp_path / "s.lmdb"
+    write(fmt, path, some_samples(3))
+    list(fmt.read(path, 0, 1))
+    lmdb_format.close_environments()  # py-lmdb opens a file once per process
+    with lmdb.open(str(path), subdir=False, lock=False) as env, env.begin(write=True) as txn:
+        txn.put(lmdb_format.COUNT_KEY, b"4")
+    with pytest.raises(CorruptShardError, match="found 3 records"):
+        fmt.scan(path)
+    lmdb_format.close_environments()
+    with lmdb.open(str(path), subdir=False, lock=False) as env, env.begin(write=True) as txn:
+        txn.put(lmdb_format.COUNT_KEY, b"3")
+        txn.put(struct.pack(">Q", 1), b"\x02\x00\x00\x00garbage")
+    with pytest.raises(CorruptShardError, match="sample 1"):
+        fmt.scan(path)
+    with pytest.raises(CorruptShardError, match="sample 1"):
+        list(fmt.read(path, 0, 3))
+
+
+def test_lmdb_read_past_the_end_is_an_error(tmp_path: Path) -> None:
+    fmt, path = get_format("lmdb"), tmp_path / "s.lmdb"
+    write(fmt, path, some_samples(3))
+    with pytest.raises(CorruptShardError, match="sample 3"):
+        list(fmt.read(path, 3, 4))
+    with pytest.raises(CorruptShardError, match="holds '3'"):
+        list(fmt.read(path, 1, 5))
+
+
+@given(st.binary(max_size=64))
+def test_framing_never_crashes_on_garbage(record: bytes) -> None:
+    with contextlib.suppress(framing.FramingError):
+        framing.decode(record)
+
+
+def test_framing_rejects_a_key_field() -> None:
+    with pytest.raises(DataError, match="__key__"):
+        framing.encode("k", {"__key__": b"x"})
