@@ -21,7 +21,7 @@ from bench.compute import BusyStep, make_step
 from bench.run import run_once, summarize
 
 # (warmup, steps) per profile: the window must fit in one epoch of the profile's data.
-WINDOWS = {"small": (10, 150), "large": (5, 60)}
+WINDOWS = {"small": (10, 400), "large": (10, 150)}
 QUICK_WINDOWS = {"small": (3, 30), "large": (2, 8)}
 
 

@@ -42,7 +42,7 @@ class Profile:
 
 PROFILES = {
     "small": Profile("small", 60_000, 1024),
-    "large": Profile("large", 8_000, 64 * 1024),
+    "large": Profile("large", 12_000, 64 * 1024),
 }
 QUICK_PROFILES = {
     "small": Profile("small", 6_000, 1024),
@@ -95,13 +95,22 @@ def sample_sizes(profile: Profile) -> np.ndarray:
 def prepare(profile: Profile, cache: Path, *, workers: int = 2, log: bool = True) -> Dataset:
     """Return the profile's dataset under ``cache``, building and packing it if its fingerprint is absent."""
     dataset = Dataset(profile, Path(cache) / f"{profile.name}-{profile.fingerprint}")
-    if (dataset.root / "ready.json").exists():
+    ready, packer = dataset.root / "ready.json", packer_fingerprint()
+    if ready.exists() and json.loads(ready.read_text()).get("packer") == packer:
         return dataset
-    if dataset.root.exists():
-        shutil.rmtree(dataset.root)  # an interrupted build: start over
-    if log:
-        print(f"building {profile.name} data: {profile.num_samples:,} files of ~{profile.sample_bytes:,} B")
-    total = _write_tree(profile, dataset.tree)
+    if ready.exists():  # same files, but shardpipe's packing code changed since: repack only
+        total = int(json.loads(ready.read_text())["payload_bytes"])
+        ready.unlink()
+        for format_name in FORMATS:
+            shutil.rmtree(dataset.packed(format_name), ignore_errors=True)
+    else:
+        if dataset.root.exists():
+            shutil.rmtree(dataset.root)  # an interrupted build: start over
+        if log:
+            print(
+                f"building {profile.name} data: {profile.num_samples:,} files of ~{profile.sample_bytes:,} B"
+            )
+        total = _write_tree(profile, dataset.tree)
     shards = max(profile.num_samples // NUM_SHARDS, 1)
     for format_name in FORMATS:
         command = [
@@ -112,9 +121,24 @@ def prepare(profile: Profile, cache: Path, *, workers: int = 2, log: bool = True
         if log:
             print("  " + " ".join(command[1:]))
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    info = {"profile": asdict(profile), "fingerprint": profile.fingerprint, "payload_bytes": total}
+    info = {
+        "profile": asdict(profile),
+        "fingerprint": profile.fingerprint,
+        "payload_bytes": total,
+        "packer": packer,
+    }
     (dataset.root / "ready.json").write_text(json.dumps(info, indent=1))
     return dataset
+
+
+def packer_fingerprint() -> str:
+    """Hash of shardpipe's source: packed copies are stale when the code that wrote them changed."""
+    import shardpipe
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(shardpipe.__file__).parent.rglob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _write_tree(profile: Profile, tree: Path) -> int:
