@@ -368,3 +368,18 @@ def test_framing_never_crashes_on_garbage(record: bytes) -> None:
 def test_framing_rejects_a_key_field() -> None:
     with pytest.raises(DataError, match="__key__"):
         framing.encode("k", {"__key__": b"x"})
+
+
+def test_tar_reads_spans_larger_than_one_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardpipe.formats import tar as tar_format
+
+    monkeypatch.setattr(tar_format, "_READ_CHUNK", 3000)  # a few samples per read, one sample above it
+    samples = [*some_samples(9), ("big/1", {"bin": b"b" * 5000}), *some_samples(3, size=7)[1:]]
+    samples[-2:] = [(f"z/{i}", fields) for i, (_, fields) in enumerate(samples[-2:])]
+    fmt, path = get_format("tar"), tmp_path / "s.tar"
+    offsets = write(fmt, path, samples)
+    assert list(fmt.read(path, 0, len(samples), offsets)) == samples
+    assert list(fmt.read(path, 8, 11, offsets)) == samples[8:11]
+    path.write_bytes(path.read_bytes()[: offsets[10] - 100])
+    with pytest.raises(CorruptShardError, match="file ends inside the span"):
+        list(fmt.read(path, 0, len(samples), offsets))

@@ -10,6 +10,7 @@ more than the whole read budget of a 1 KiB sample. Header checksums are verified
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from shardpipe.formats import Fields
 BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 _MAX_USTAR_SIZE = 8**11
+_READ_CHUNK = 1 << 23
 # name, size, typeflag: with the ustar prefix, the only header fields a reader of sample shards needs.
 _HEADER = struct.Struct("100s24x12s20xc")
 _REGULAR = {b"0", b"\0", b"7"}
@@ -104,7 +106,7 @@ Sample = tuple[int, str, Fields]
 
 
 def _parse(
-    buf: bytes, shard: str, base: int, first_index: int, *, until_end_marker: bool
+    buf: memoryview, shard: str, base: int, first_index: int, *, until_end_marker: bool
 ) -> tuple[list[Sample], int]:
     """Parse ``buf`` (starting at a header) into samples; also return where parsing stopped.
 
@@ -142,7 +144,7 @@ def _parse(
                 if long_name is None:
                     name = raw_name.partition(b"\0")[0]
                     if buf[pos + 345] and buf[pos + 257 : pos + 263] == b"ustar\0":  # ustar name prefix
-                        name = buf[pos + 345 : pos + 500].partition(b"\0")[0] + b"/" + name
+                        name = bytes(buf[pos + 345 : pos + 500]).partition(b"\0")[0] + b"/" + name
                 else:
                     name, long_name = long_name, None
                 slash = name.rfind(b"/")
@@ -155,18 +157,18 @@ def _parse(
                 field = field_names.get(name[dot + 1 :]) or _field_name(name[dot + 1 :])
                 if field in fields:
                     raise _BadHeaderError(f"duplicate member {name!r}", pos)
-                fields[field] = buf[data : data + size]
+                fields[field] = buf[data : data + size].tobytes()
                 chain = None
             elif typeflag in b"xLK":
                 chain = pos if chain is None else chain
                 if typeflag == b"x":
-                    for keyword, value in _pax_records(buf[data : data + size], pos):
+                    for keyword, value in _pax_records(bytes(buf[data : data + size]), pos):
                         if keyword == b"path":
                             long_name = value
                         elif keyword == b"size":
                             pax_size = int(value)
                 elif typeflag == b"L":
-                    long_name = buf[data : data + size].rstrip(b"\0")
+                    long_name = bytes(buf[data : data + size]).rstrip(b"\0")
             elif typeflag in _SKIPPED:
                 chain = long_name = None
             else:
@@ -224,7 +226,7 @@ _LANES = np.uint64(0x00FF00FF00FF00FF)
 _OCTAL_PLACES = 8 ** np.arange(5, -1, -1, dtype=np.int64)
 
 
-def _verify_checksums(buf: bytes, headers: list[int], shard: str, base: int) -> None:
+def _verify_checksums(buf: memoryview, headers: list[int], shard: str, base: int) -> None:
     """Check every header's checksum in one vectorised pass; fall back to Python for odd encodings.
 
     Bytes are summed eight at a time in four 16-bit lanes (64 words x 2 x 255 cannot overflow a lane),
@@ -248,7 +250,7 @@ def _verify_checksums(buf: bytes, headers: list[int], shard: str, base: int) -> 
     ok = plain & (digits @ _OCTAL_PLACES == computed.astype(np.int64))
     for row in np.flatnonzero(~ok):
         pos = headers[row]
-        block = buf[pos : pos + BLOCK]
+        block = bytes(buf[pos : pos + BLOCK])
         unsigned = sum(block[:148]) + 256 + sum(block[156:])
         signed = unsigned - 256 * sum(1 for b in block[:148] + block[156:] if b >= 128)
         try:
@@ -272,20 +274,36 @@ class TarFormat:
     ) -> Iterator[tuple[str, Fields]]:
         if offsets is None:
             raise DataError(f"reading tar shard {path} needs its offset index")
-        shard, base = str(path), int(offsets[start])
+        shard, index = str(path), start
         with Path(path).open("rb", buffering=0) as f:
-            f.seek(base)
-            buf = f.read(int(offsets[stop]) - base)
-        samples, _ = _parse(buf, shard, base, start, until_end_marker=False)
-        if len(samples) != stop - start:
-            detail = f"span holds {len(samples)} samples, the index says {stop - start}"
-            raise CorruptShardError(shard, detail, sample_index=start, offset=base)
-        for _, key, fields in samples:
-            yield key, fields
+            buffer = bytearray(min(_READ_CHUNK, int(offsets[stop]) - int(offsets[start])))
+            while index < stop:
+                # Whole samples up to _READ_CHUNK bytes per read, into one reused buffer: a fresh
+                # buffer per span costs a page fault per 4 KiB, which halves the rate for 64 KiB samples.
+                base = int(offsets[index])
+                chunk_stop = max(
+                    index + 1, bisect_right(offsets, base + _READ_CHUNK, index + 1, stop + 1) - 1
+                )
+                size = int(offsets[chunk_stop]) - base
+                if size > len(buffer):
+                    buffer = bytearray(size)
+                view = memoryview(buffer)[:size]
+                f.seek(base)
+                if f.readinto(view) != size:
+                    raise CorruptShardError(
+                        shard, "file ends inside the span", sample_index=index, offset=base
+                    )
+                samples, _ = _parse(view, shard, base, index, until_end_marker=False)
+                if len(samples) != chunk_stop - index:
+                    detail = f"span holds {len(samples)} samples, the index says {chunk_stop - index}"
+                    raise CorruptShardError(shard, detail, sample_index=index, offset=base)
+                for _, key, fields in samples:
+                    yield key, fields
+                index = chunk_stop
 
     def scan(self, path: Path) -> tuple[list[str], list[int], set[str]]:
         shard = str(path)
-        samples, end = _parse(Path(path).read_bytes(), shard, 0, 0, until_end_marker=True)
+        samples, end = _parse(memoryview(Path(path).read_bytes()), shard, 0, 0, until_end_marker=True)
         keys = [key for _, key, _ in samples]
         if len(set(keys)) != len(keys):
             index = next(i for i, key in enumerate(keys) if key in keys[:i])
