@@ -94,8 +94,8 @@ class GpuStep:
     def __call__(self, batch: Any, monitor: InputMonitor[Any]) -> None:
         start, copied, done = self.events
         start.record()
-        data = batch["bin"].data.to(self.device, non_blocking=True)
-        labels = batch["cls"].data.to(self.device, non_blocking=True)
+        data = batch["bin"].to_tensors()[0].pin_memory().to(self.device, non_blocking=True)
+        labels = batch["cls"].to_tensors()[0].pin_memory().to(self.device, non_blocking=True)
         copied.record()
         n = len(batch["bin"])
         pixels = self.side * self.side

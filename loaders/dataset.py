@@ -124,12 +124,17 @@ class ShardedDataset(IterableDataset[Sample]):
     # ---- reading ------------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         worker_index, num_workers = get_worker()
-        epoch = self.epoch
+        epoch, resumed_batches = self.epoch, int(self._skip_batches[0])
+        # The DataLoader always asks worker 0 first: after k batches, worker 0 plays the worker that
+        # produced batch k in the uninterrupted run, worker 1 the next one, and so on.
+        role = (worker_index + resumed_batches) % max(num_workers, 1)
         config = self.plan_config(num_workers)
-        spans = plan_epoch(self.shard_sizes, config, epoch=epoch, rank=self.rank, worker_index=worker_index)
-        skip = self._skipped_samples(int(self._skip_batches[0]), worker_index, max(num_workers, 1))
-        for sample in self._shuffled(spans, (self.seed, epoch, self.rank, worker_index), skip, worker_index):
-            yield self._finish(sample)
+        spans = plan_epoch(self.shard_sizes, config, epoch=epoch, rank=self.rank, worker_index=role)
+        skip = self._skipped_samples(resumed_batches, role, max(num_workers, 1))
+        samples = self._shuffled(spans, (self.seed, epoch, self.rank, role), skip, worker_index)
+        if not self.decoders and self.transform is None:
+            return samples  # raw bytes: no per-sample work left
+        return map(self._finish, samples)
 
     def _skipped_samples(self, batches: int, worker_index: int, num_workers: int) -> int:
         """Samples of this worker's stream already consumed when a run resumes after ``batches`` batches.
@@ -150,40 +155,55 @@ class ShardedDataset(IterableDataset[Sample]):
             if skip >= size:  # consumed before the resume point: not even read
                 skip -= size
                 continue
-            samples = [sample for span in window_spans for sample in self._read_span(span, worker_index)]
+            samples: list[Sample | None] = []
+            for span in window_spans:
+                self._read_span(span, worker_index, samples)
             _replace_errors(samples, self.shards, window_spans)
             if self.shuffle:
                 rng = np.random.default_rng(np.random.SeedSequence([*seed, window_index]))
-                samples = [samples[int(i)] for i in rng.permutation(len(samples))]
-            yield from samples[skip:]
+                samples = [samples[i] for i in rng.permutation(len(samples)).tolist()]
+            yield from samples[skip:] if skip else samples  # type: ignore[misc]
             skip = 0
 
-    def _read_span(self, span: Span, worker_index: int) -> list[Sample | None]:
-        """Read one span; with on_error='skip' a bad sample becomes ``None`` (then a flagged pad)."""
-        entry = self.shards[span.shard_index]
-        path = self.root / entry.path
-        offsets = self._shard_offsets(span.shard_index)
-        out: list[Sample | None] = []
+    def _read_span(self, span: Span, worker_index: int, out: list[Sample | None]) -> None:
+        """Append one span's samples to ``out``; with on_error='skip' a bad sample becomes ``None``."""
         start = span.start
         while start < span.stop:
             try:
-                for key, fields in self.format.read(path, start, span.stop, offsets):
-                    fields["__key__"] = key
-                    fields["__pad__"] = span.is_pad
-                    out.append(fields)
-                    start += 1
-                if start != span.stop:
-                    raise DataError(
-                        f"{entry.path}: ended at sample {start}, expected {span.stop}; it is truncated"
-                    )
-            except DataError:
+                self._read_range(span, start, span.stop, out)
+                return
+            except DataError as exc:
                 if self.on_error == "raise":
                     raise
-                log.warning("skipping unreadable sample %d of %s", start, entry.path, exc_info=True)
+                bad = getattr(exc, "sample_index", None)
+                bad = bad if bad is not None and start <= bad < span.stop else start
+                log.warning(
+                    "skipping unreadable sample %d of %s: %s", bad, self.shards[span.shard_index].path, exc
+                )
                 self._errors[worker_index % MAX_WORKERS] += 1
+                if bad > start:  # the reader failed before yielding the good samples ahead of the bad one
+                    self._read_range(span, start, bad, out)
                 out.append(None)
-                start += 1
-        return out
+                start = bad + 1
+
+    def _read_range(self, span: Span, start: int, stop: int, out: list[Sample | None]) -> None:
+        entry = self.shards[span.shard_index]
+        first, is_pad, append = len(out), span.is_pad, out.append
+        try:
+            for key, fields in self.format.read(
+                self.root / entry.path, start, stop, self._shard_offsets(span.shard_index)
+            ):
+                fields["__key__"] = key
+                fields["__pad__"] = is_pad
+                append(fields)
+        except DataError:
+            del out[first:]  # a retry re-reads the good part of the range
+            raise
+        if len(out) - first != stop - start:
+            del out[first:]
+            raise DataError(
+                f"{entry.path}: yielded {len(out) - first} samples for [{start}, {stop}); truncated?"
+            )
 
     def _shard_offsets(self, shard_index: int) -> np.ndarray | None:
         entry = self.shards[shard_index]

@@ -32,5 +32,15 @@ class CorruptShardError(DataError):
             where.append(f"byte {offset}")
         super().__init__(f"corrupt shard {', '.join(where)}: {detail}")
         self.shard = shard
+        self.detail = detail
         self.sample_index = sample_index
         self.offset = offset
+
+    def __reduce__(self) -> tuple[object, ...]:  # keyword-only arguments: pickle (to a worker pool) by hand
+        return _rebuild_corrupt, (self.shard, self.detail, self.sample_index, self.offset)
+
+
+def _rebuild_corrupt(
+    shard: str, detail: str, sample_index: int | None, offset: int | None
+) -> CorruptShardError:
+    return CorruptShardError(shard, detail, sample_index=sample_index, offset=offset)

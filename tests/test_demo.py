@@ -47,7 +47,7 @@ def test_demo_trains_digits_on_two_ranks(tmp_path: Path) -> None:
 
     steps = {
         int(r): (int(n), int(p))
-        for r, n, p in re.findall(r"^rank (\d+) train_steps (\d+) planned (\d+)$", done.stdout, re.M)
+        for r, n, p in re.findall(r"rank (\d+) train_steps (\d+) planned (\d+)", done.stdout)
     }
     assert sorted(steps) == list(range(WORLD)), output
     counts = {n for n, _ in steps.values()}

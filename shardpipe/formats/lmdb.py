@@ -92,7 +92,9 @@ def _cached_env(path: Path) -> lmdb.Environment:
         key = (shard, stat.st_ino, stat.st_mtime_ns)
         env = _envs.get(key)
         if env is None:
-            env = _envs[key] = _open(path, readonly=True, readahead=False, max_spare_txns=1)
+            env = _open(path, readonly=True, readahead=False, max_spare_txns=1)
+            _check_complete(env, stat.st_size, shard)
+            _envs[key] = env
             while len(_envs) > _MAX_OPEN:
                 _envs.popitem(last=False)  # an open transaction keeps its environment alive
         else:
@@ -100,6 +102,14 @@ def _cached_env(path: Path) -> lmdb.Environment:
         return env
     except (OSError, lmdb.Error) as exc:
         raise CorruptShardError(shard, f"cannot open LMDB environment: {exc}") from exc
+
+
+def _check_complete(env: lmdb.Environment, file_size: int, shard: str) -> None:
+    """A truncated file would fault the process (SIGBUS) when LMDB touches a missing page: refuse it first."""
+    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    if file_size < needed:
+        env.close()
+        raise CorruptShardError(shard, f"truncated: {file_size:,} bytes, its pages need {needed:,}")
 
 
 def close_environments() -> None:

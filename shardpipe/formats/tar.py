@@ -293,7 +293,13 @@ class TarFormat:
                     raise CorruptShardError(
                         shard, "file ends inside the span", sample_index=index, offset=base
                     )
-                samples, _ = _parse(view, shard, base, index, until_end_marker=False)
+                try:
+                    samples, _ = _parse(view, shard, base, index, until_end_marker=False)
+                except CorruptShardError as exc:
+                    if exc.sample_index is not None or exc.offset is None:
+                        raise
+                    at = bisect_right(offsets, exc.offset, index, stop + 1) - 1  # the sample holding the byte
+                    raise CorruptShardError(shard, exc.detail, sample_index=at, offset=exc.offset) from exc
                 if len(samples) != chunk_stop - index:
                     detail = f"span holds {len(samples)} samples, the index says {chunk_stop - index}"
                     raise CorruptShardError(shard, detail, sample_index=index, offset=base)
