@@ -92,7 +92,9 @@ def build(name: str, data: BenchData, settings: LoaderSettings) -> Iterable[Any]
 
 def _raw_files(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
     dataset = FileDataset(data.tree, data.files())
-    sampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=SEED)
+    sampler: DistributedSampler[dict[str, Any]] = DistributedSampler(
+        dataset, num_replicas=1, rank=0, shuffle=True, seed=SEED
+    )
     return DataLoader(dataset, batch_size=s.batch_size, sampler=sampler, **s.dataloader_kwargs())
 
 
@@ -108,7 +110,8 @@ def _webdataset(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
     )
     kwargs = s.dataloader_kwargs()
     kwargs.pop("collate_fn")  # batched() already collated
-    return wds.WebLoader(pipeline, batch_size=None, **kwargs)
+    loader: Iterable[Any] = wds.WebLoader(pipeline, batch_size=None, **kwargs)
+    return loader
 
 
 def _shardpipe(format_name: str) -> Callable[[BenchData, LoaderSettings], Iterable[Any]]:

@@ -68,7 +68,7 @@ def run_once(
     with PeakRss() as rss:
         loader = contenders.build(name, data, settings)
         monitor = InputMonitor(loader, warmup_steps=warmup, count_bytes=payload_of)
-        batches = iter(monitor)
+        batches = iter(monitor)  # a generator: close() ends the last step
         for index, batch in enumerate(batches):
             step(batch, monitor)
             if index + 1 >= warmup + steps:

@@ -78,7 +78,7 @@ def train_epoch(
         keep = (~pad).to(losses.dtype)
         loss = (losses * keep).sum() / keep.sum().clamp(min=1.0)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
+        loss.backward()
         optimizer.step()
         metrics.update(logits, labels, loss=losses, pad_mask=pad)
         steps += 1

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -193,9 +193,10 @@ class ShardedDataset(IterableDataset[Sample]):
             for key, fields in self.format.read(
                 self.root / entry.path, start, stop, self._shard_offsets(span.shard_index)
             ):
-                fields["__key__"] = key
-                fields["__pad__"] = is_pad
-                append(fields)
+                sample = cast(Sample, fields)  # the same dict, now also holding key and pad flag
+                sample["__key__"] = key
+                sample["__pad__"] = is_pad
+                append(sample)
         except DataError:
             del out[first:]  # a retry re-reads the good part of the range
             raise

@@ -13,7 +13,7 @@ torch.distributed is initialized, so every rank must call it) and returns one li
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -98,7 +98,7 @@ class InputMonitor(Generic[T]):
         self.last: EpochStats | None = None
         self._step_start: float | None = None
 
-    def __iter__(self) -> Iterator[T]:
+    def __iter__(self) -> Generator[T, None, None]:
         self.epoch += 1
         self.steps, self.last, self._step_start = [], None, None
         if torch.cuda.is_available() and torch.cuda.is_initialized():

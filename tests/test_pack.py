@@ -143,7 +143,8 @@ def test_adopt_webdataset_and_tfrecord_shards(tmp_path: Path) -> None:
     for name in ["a.tar", "b.tar", "val/c.tar"]:
         with wds.TarWriter(str(folder / name)) as sink:
             for i in range(4):
-                sink.write({"__key__": f"{Path(name).stem}{i}", "txt": f"t{i}".encode(), "cls": str(i).encode()})
+                key = f"{Path(name).stem}{i}"
+                sink.write({"__key__": key, "txt": f"t{i}".encode(), "cls": str(i).encode()})
     result = run("index", folder)
     assert result.exit_code == 0, result.output
     assert run("verify", folder).exit_code == 0

@@ -12,6 +12,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
+
+Offsets = Sequence[int] | np.ndarray
+"""Per-sample byte offsets of a shard (``num_samples + 1`` entries), as a list or a uint64 array."""
+
 Fields = dict[str, bytes]
 """A sample's named fields: field name (the file extension, e.g. ``jpg``) -> raw bytes."""
 
@@ -36,7 +41,7 @@ class Format(Protocol):
         """Start a shard at ``path`` (the caller renames it into place when complete)."""
 
     def read(
-        self, path: Path, start: int, stop: int, offsets: Sequence[int] | None
+        self, path: Path, start: int, stop: int, offsets: Offsets | None
     ) -> Iterator[tuple[str, Fields]]:
         """Yield ``(key, fields)`` for samples ``start <= i < stop`` of the shard at ``path``."""
 

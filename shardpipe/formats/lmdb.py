@@ -13,13 +13,14 @@ from __future__ import annotations
 import os
 import struct
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import lmdb
 
 from shardpipe.errors import CorruptShardError
-from shardpipe.formats import Fields, framing
+from shardpipe.formats import Fields, Offsets, framing
 
 COUNT_KEY = b"__count__"
 VERSION_KEY = b"__shardpipe__"
@@ -29,7 +30,7 @@ _CHUNK_BYTES = 1 << 25
 _MAX_OPEN = 64  # environments kept open per process: each holds a file descriptor and a mapping
 
 
-def _open(path: Path, **options: object) -> lmdb.Environment:
+def _open(path: Path, **options: Any) -> lmdb.Environment:
     return lmdb.open(str(path), subdir=False, lock=False, **options)
 
 
@@ -132,7 +133,7 @@ class LmdbFormat:
         return LmdbWriter(path)
 
     def read(
-        self, path: Path, start: int, stop: int, offsets: Sequence[int] | None = None
+        self, path: Path, start: int, stop: int, offsets: Offsets | None = None
     ) -> Iterator[tuple[str, Fields]]:
         if stop <= start:
             return

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats import Fields
+from shardpipe.formats import Fields, Offsets
 
 BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
@@ -117,7 +118,7 @@ def _parse(
     samples: list[Sample] = []
     headers: list[int] = []
     end, pos = len(buf), 0
-    key_bytes, fields = b"", {}
+    key_bytes, fields = b"", cast(Fields, {})
     chain: int | None = None  # offset of the extended header that started the current member
     long_name: bytes | None = None
     pax_size: int | None = None
@@ -143,7 +144,9 @@ def _parse(
             if typeflag in _REGULAR:
                 if long_name is None:
                     name = raw_name.partition(b"\0")[0]
-                    if buf[pos + 345] and buf[pos + 257 : pos + 263] == b"ustar\0":  # ustar name prefix
+                    if (
+                        buf[pos + 345] and buf[pos + 257 : pos + 263].tobytes() == b"ustar\0"
+                    ):  # ustar name prefix
                         name = bytes(buf[pos + 345 : pos + 500]).partition(b"\0")[0] + b"/" + name
                 else:
                     name, long_name = long_name, None
@@ -270,7 +273,7 @@ class TarFormat:
         return TarWriter(path)
 
     def read(
-        self, path: Path, start: int, stop: int, offsets: Sequence[int] | None
+        self, path: Path, start: int, stop: int, offsets: Offsets | None
     ) -> Iterator[tuple[str, Fields]]:
         if offsets is None:
             raise DataError(f"reading tar shard {path} needs its offset index")

@@ -10,13 +10,13 @@ become ASCII text; a missing ``__key__`` becomes ``{file stem}/{record index:08d
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from crc32c import crc32c
 
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats import Fields
+from shardpipe.formats import Fields, Offsets
 
 KEY_FEATURE = "__key__"
 _HEADER = struct.Struct("<QI")
@@ -239,7 +239,7 @@ class TfrecordFormat:
         return TfrecordWriter(path)
 
     def read(
-        self, path: Path, start: int, stop: int, offsets: Sequence[int] | None
+        self, path: Path, start: int, stop: int, offsets: Offsets | None
     ) -> Iterator[tuple[str, Fields]]:
         if offsets is None:
             raise DataError(f"reading TFRecord shard {path} needs its offset index")
