@@ -221,8 +221,14 @@ def write_shard(job: ShardJob, root: Path, format_name: str) -> ShardEntry:
     temp = temp_path(final)
     try:
         writer = fmt.open_writer(temp)
-        for sample in job.samples:
-            writer.write(sample.key, {name: _load(v, name, sample, job) for name, v in sample.fields.items()})
+        try:
+            for sample in job.samples:
+                writer.write(
+                    sample.key, {name: _load(v, name, sample, job) for name, v in sample.fields.items()}
+                )
+        except BaseException:
+            writer.abort()
+            raise
         offsets = writer.close()
         index_path = index_sha256 = None
         if fmt.needs_index:

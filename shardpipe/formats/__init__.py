@@ -28,6 +28,9 @@ class ShardWriter(Protocol):
     def close(self) -> list[int]:
         """Flush and close; return ``num_samples + 1`` offsets (sample starts, then the end)."""
 
+    def abort(self) -> None:
+        """Release the file after a failure; the caller deletes the partial shard."""
+
 
 class Format(Protocol):
     name: str

@@ -62,6 +62,9 @@ class LmdbWriter:
                 self._env.set_mapsize(self._env.info()["map_size"] * 2)
         self._pending, self._pending_bytes = [], 0
 
+    def abort(self) -> None:
+        self._env.close()
+
     def close(self) -> list[int]:
         self._pending += [(COUNT_KEY, b"%d" % self._num_samples), (VERSION_KEY, b"%d" % framing.VERSION)]
         self._commit()

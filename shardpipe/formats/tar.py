@@ -78,6 +78,9 @@ class TarWriter:
         self._offsets: list[int] = []
         self._position = 0
 
+    def abort(self) -> None:
+        self._file.close()
+
     def write(self, key: str, fields: Mapping[str, bytes]) -> None:
         if not fields:
             raise DataError(f"sample {key!r} has no fields; a tar shard cannot hold it")

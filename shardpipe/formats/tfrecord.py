@@ -189,6 +189,9 @@ class TfrecordWriter:
         self._file = Path(path).open("wb")  # noqa: SIM115 - the writer owns the file until close()
         self._offsets = [0]
 
+    def abort(self) -> None:
+        self._file.close()
+
     def write(self, key: str, fields: Mapping[str, bytes]) -> None:
         data = encode_example(key, fields)
         length = struct.pack("<Q", len(data))
