@@ -1,17 +1,35 @@
 """Runtime loaders for datasets packed by ``shardpipe pack``: what a DDP training script imports."""
 
-from loaders.collate import RaggedBytes, collate_samples
+from loaders.collate import Batch, RaggedBytes, collate_samples
 from loaders.dataset import ShardedDataset
 from loaders.loader import ShardedLoader, make_loader
+from loaders.metrics import DistributedMetrics
+from loaders.monitor import EpochStats, InputMonitor
 from loaders.planner import PlanConfig, Span, plan_epoch
+from loaders.sync import (
+    RankTimeoutError,
+    StepCountMismatchError,
+    epoch_barrier,
+    guarded,
+    validate_dataloader_sync,
+)
 
 __all__ = [
+    "Batch",
+    "DistributedMetrics",
+    "EpochStats",
+    "InputMonitor",
     "PlanConfig",
     "RaggedBytes",
+    "RankTimeoutError",
     "ShardedDataset",
     "ShardedLoader",
     "Span",
+    "StepCountMismatchError",
     "collate_samples",
+    "epoch_barrier",
+    "guarded",
     "make_loader",
     "plan_epoch",
+    "validate_dataloader_sync",
 ]
