@@ -16,6 +16,7 @@ import click
 
 from shardpipe import __version__
 from shardpipe.errors import DataError, UsageError
+from shardpipe.manifest import Manifest
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -128,15 +129,13 @@ def pack(
         overwrite=overwrite,
     )
     result = run_pack(src, out, options, quiet=quiet)
-    for name, shards in result.manifest.splits.items():
-        click.echo(f"{name}: {sum(s.num_samples for s in shards):,} samples in {len(shards)} shard(s)")
+    _echo_splits(result.manifest, out)
     if result.num_reused:
         click.echo(f"resumed: kept {result.num_reused} finished shard(s), wrote {result.num_written}")
     if result.num_skipped_incomplete:
         click.echo(f"skipped {result.num_skipped_incomplete} incomplete sample(s) (--skip-incomplete)")
     if result.num_ignored_files:
         click.echo(f"ignored {result.num_ignored_files} file(s) without an extension")
-    click.echo(f"manifest: {out / 'manifest.json'}")
 
 
 @main.command()
@@ -190,10 +189,13 @@ def index(folder: Path, split_name: str, overwrite: bool, quiet: bool) -> None:
     """
     from shardpipe.adopt import adopt
 
-    manifest = adopt(folder, split_name=split_name, overwrite=overwrite, quiet=quiet)
+    _echo_splits(adopt(folder, split_name=split_name, overwrite=overwrite, quiet=quiet), folder)
+
+
+def _echo_splits(manifest: Manifest, root: Path) -> None:
     for name, shards in manifest.splits.items():
         click.echo(f"{name}: {sum(s.num_samples for s in shards):,} samples in {len(shards)} shard(s)")
-    click.echo(f"manifest: {folder / 'manifest.json'}")
+    click.echo(f"manifest: {root / 'manifest.json'}")
 
 
 if __name__ == "__main__":  # pragma: no cover
