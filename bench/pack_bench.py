@@ -1,0 +1,406 @@
+"""Pack benchmark: ``shardpipe pack`` per format against ``tar cf`` and webdataset's ``ShardWriter``.
+
+Issue 2 ("Speed") sets two targets, as ratios measured in one run on the same files with ``--workers 2``,
+for 1 KiB and for 64 KiB samples: every format at least 0.4x the throughput of ``tar cf``, and shardpipe's
+tar at least 5x ``ShardWriter``. Ratios from one interleaved run are what this noisy shared machine can
+compare honestly: every contender runs once per round, the order rotates between rounds, and the median
+of ``--repeats`` rounds is reported with its min-max.
+
+* The trees (one ``.bin`` file per sample in ten class folders, seeded random bytes) are built once and
+  reused by fingerprint from ``bench-results/pack-cache/`` (git-ignored).
+* Each tree is read once before timing, so every contender reads it from the page cache: the benchmark
+  measures the packers, not the disk. Outputs go to the same file system; ``os.sync()`` runs (untimed)
+  before every run so one contender's write-back does not land in the next one's time.
+* ``shardpipe pack`` runs as the CLI in a subprocess (start-up included, as a user sees it), and as
+  ``shardpipe.pack.pack`` in-process, the pack time alone. It fsyncs each shard before publishing it (its
+  crash safety); ``tar cf`` and ``ShardWriter`` do not, so that cost counts against shardpipe. The
+  ``tar cf + fsync`` row shows what that durability costs tar itself (the targets use plain ``tar cf``).
+* ``ShardWriter`` runs in-process (import excluded, tree walk included), one process reading each file
+  and writing it, with ``maxcount`` equal to shardpipe's ``--max-samples``.
+
+``python -m bench.pack_bench [--quick] [--out DIR]`` writes ``DIR/report.json`` and ``DIR/report.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import numpy as np
+
+DATA_VERSION = 1
+NUM_CLASSES = 10
+SEED = 20240
+FORMATS = ("tar", "lmdb", "tfrecord")
+TAR = "tar cf"
+TAR_FSYNC = "tar cf + fsync"
+SHARDWRITER = "webdataset ShardWriter"
+FORMAT_TARGET = 0.4  # every format >= 0.4x tar cf
+SHARDWRITER_TARGET = 5.0  # shardpipe tar >= 5x ShardWriter
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    num_samples: int
+    sample_bytes: int
+
+    @property
+    def fingerprint(self) -> str:
+        """Names the tree's content: a change to any of these rebuilds it instead of reusing it."""
+        text = json.dumps({**asdict(self), "v": DATA_VERSION, "classes": NUM_CLASSES, "seed": SEED})
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @property
+    def payload_bytes(self) -> int:
+        return self.num_samples * self.sample_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Contender:
+    name: str
+    kind: str  # baseline | cli | in-process | reference
+    run: Callable[[Path, Path], None]  # (tree, output folder) -> None; raises on failure
+
+
+def build_tree(profile: Profile, cache: Path) -> Path:
+    """Return the profile's tree, writing it first unless a complete one with this fingerprint exists."""
+    home = cache / f"{profile.name}-{profile.num_samples}-{profile.fingerprint}"
+    tree, done = home / "tree", home / "complete.json"
+    if done.is_file():
+        return tree
+    shutil.rmtree(home, ignore_errors=True)
+    for c in range(NUM_CLASSES):
+        (tree / f"class{c:02d}").mkdir(parents=True)
+    rng = np.random.default_rng([SEED, profile.sample_bytes])
+    block = max(1, (8 << 20) // profile.sample_bytes)  # samples generated per numpy call
+    size = profile.sample_bytes
+    for first in range(0, profile.num_samples, block):
+        count = min(block, profile.num_samples - first)
+        data = rng.bytes(count * size)
+        for j in range(count):
+            i = first + j
+            with open(tree / f"class{i % NUM_CLASSES:02d}" / f"{i:08d}.bin", "wb") as f:
+                f.write(data[j * size : (j + 1) * size])
+    done.write_text(json.dumps(asdict(profile)))
+    return tree
+
+
+def warm(tree: Path) -> tuple[int, int]:
+    """Read every file once so all contenders start from the same (warm) page cache."""
+    files = total = 0
+    for dirpath, _, names in os.walk(tree):
+        for name in names:
+            with open(os.path.join(dirpath, name), "rb", buffering=0) as f:
+                total += len(f.readall())
+            files += 1
+    return files, total
+
+
+def _tar_cf(tree: Path, out: Path) -> None:
+    subprocess.run(["tar", "cf", str(out / "all.tar"), "-C", str(tree), "."], check=True)
+
+
+def _tar_cf_fsync(tree: Path, out: Path) -> None:
+    """``tar cf`` made as durable as shardpipe's fsynced shards: the floor for a durable packer."""
+    _tar_cf(tree, out)
+    fd = os.open(out / "all.tar", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _cli(fmt: str, workers: int, max_samples: int) -> Callable[[Path, Path], None]:
+    def run(tree: Path, out: Path) -> None:
+        command = [
+            sys.executable, "-m", "shardpipe", "pack", str(tree), str(out / "ds"), "--format", fmt,
+            "--workers", str(workers), "--max-bytes", "none", "--max-samples", str(max_samples), "--quiet",
+        ]  # fmt: skip
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+    return run
+
+
+def _in_process(fmt: str, workers: int, max_samples: int) -> Callable[[Path, Path], None]:
+    from shardpipe.pack import PackOptions, pack
+
+    options = PackOptions(format=fmt, max_samples=max_samples, max_bytes=None, workers=workers)
+
+    def run(tree: Path, out: Path) -> None:
+        pack(tree, out / "ds", options, quiet=True)
+
+    return run
+
+
+def _shardwriter(max_samples: int) -> Callable[[Path, Path], None]:
+    import webdataset as wds
+
+    def run(tree: Path, out: Path) -> None:
+        pattern = str(out / "shard-%06d.tar")
+        with wds.ShardWriter(pattern, maxcount=max_samples, maxsize=1e15, verbose=0) as sink:
+            for dirpath, dirnames, names in os.walk(tree):
+                dirnames.sort()
+                rel = os.path.relpath(dirpath, tree)
+                for name in sorted(names):
+                    with open(os.path.join(dirpath, name), "rb") as f:
+                        data = f.read()
+                    sink.write({"__key__": f"{rel}/{name.partition('.')[0]}", "bin": data})
+
+    return run
+
+
+def contenders(workers: int, max_samples: int) -> list[Contender]:
+    found = [Contender(TAR, "baseline", _tar_cf), Contender(TAR_FSYNC, "reference", _tar_cf_fsync)]
+    found += [Contender(f"shardpipe {f}", "cli", _cli(f, workers, max_samples)) for f in FORMATS]
+    found += [
+        Contender(f"shardpipe {f} (in-process)", "in-process", _in_process(f, workers, max_samples))
+        for f in FORMATS
+    ]
+    found.append(Contender(SHARDWRITER, "reference", _shardwriter(max_samples)))
+    return found
+
+
+def check_output(contender: Contender, out: Path, profile: Profile) -> None:
+    """Untimed sanity check that the run packed every sample (a fast wrong packer would win otherwise)."""
+    if contender.name.startswith("shardpipe"):
+        manifest = json.loads((out / "ds" / "manifest.json").read_text())
+        count = sum(s["samples"] for split in manifest["splits"].values() for s in split["shards"])
+        got = f"{count} samples"
+        ok = count == profile.num_samples
+    else:
+        size = sum(p.stat().st_size for p in out.glob("*.tar"))
+        got = f"{size} bytes of tar"
+        ok = size >= profile.payload_bytes + 512 * profile.num_samples
+    if not ok:
+        raise RuntimeError(
+            f"{contender.name} on {profile.name}: expected {profile.num_samples} samples, {got}"
+        )
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def time_profile(
+    profile: Profile, tree: Path, work: Path, entries: list[Contender], repeats: int, log: bool
+) -> list[dict[str, Any]]:
+    """Run every contender once per round, rotating the order; return one result row per contender."""
+    seconds: dict[str, list[float]] = {c.name: [] for c in entries}
+    cpu: dict[str, list[float]] = {c.name: [] for c in entries}
+    for round_index in range(repeats):
+        shift = round_index % len(entries)
+        for contender in entries[shift:] + entries[:shift]:
+            out = work / "out"
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir(parents=True)
+            os.sync()
+            cpu_before, start = _cpu_seconds(), time.perf_counter()
+            contender.run(tree, out)
+            elapsed = time.perf_counter() - start
+            cpu[contender.name].append(_cpu_seconds() - cpu_before)
+            seconds[contender.name].append(elapsed)
+            check_output(contender, out, profile)
+            if log:
+                print(f"  {profile.name} round {round_index + 1}: {contender.name:32s} {elapsed:7.3f} s")
+    shutil.rmtree(work / "out", ignore_errors=True)
+    rows: list[dict[str, Any]] = []
+    for contender in entries:
+        times = seconds[contender.name]
+        mid = median(times)
+        rows.append(
+            {
+                "profile": profile.name,
+                "contender": contender.name,
+                "kind": contender.kind,
+                "samples": profile.num_samples,
+                "payload_bytes": profile.payload_bytes,
+                "seconds": times,
+                "median_s": mid,
+                "min_s": min(times),
+                "max_s": max(times),
+                "cpu_s": median(cpu[contender.name]),
+                "samples_per_s": profile.num_samples / mid,
+                "samples_per_s_range": [profile.num_samples / max(times), profile.num_samples / min(times)],
+                "mb_per_s": profile.payload_bytes / 1e6 / mid,
+            }
+        )
+    tar_rate = next(r["samples_per_s"] for r in rows if r["contender"] == TAR)
+    for row in rows:
+        row["ratio_to_tar"] = row["samples_per_s"] / tar_rate
+    return rows
+
+
+def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The issue's two targets per profile, judged on the CLI rows (start-up included)."""
+    found = []
+    for profile in dict.fromkeys(r["profile"] for r in rows):
+        rate = {r["contender"]: r["samples_per_s"] for r in rows if r["profile"] == profile}
+        for fmt in FORMATS:
+            value = rate[f"shardpipe {fmt}"] / rate[TAR]
+            found.append(
+                _target(profile, f"shardpipe {fmt} >= {FORMAT_TARGET}x tar cf", value, FORMAT_TARGET)
+            )
+        value = rate["shardpipe tar"] / rate[SHARDWRITER]
+        found.append(_target(profile, f"shardpipe tar >= {SHARDWRITER_TARGET:g}x ShardWriter", value, 5.0))
+    return found
+
+
+def _target(profile: str, name: str, value: float, threshold: float) -> dict[str, Any]:
+    return {
+        "profile": profile,
+        "target": name,
+        "value": value,
+        "threshold": threshold,
+        "met": value >= threshold,
+    }
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores_logical": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "ram_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "platform": platform.platform(),
+    }
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for name in ("shardpipe", "numpy", "webdataset", "lmdb", "crc32c", "click"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    tar = subprocess.run(["tar", "--version"], capture_output=True, text=True, check=False).stdout
+    found["tar"] = tar.splitlines()[0] if tar else "unknown"
+    return found
+
+
+def render(report: dict[str, Any]) -> str:
+    """The table, as Markdown (the terminal prints the same text)."""
+    p = report["parameters"]
+    lines = [
+        "# shardpipe pack benchmark",
+        "",
+        f"{report['machine']['cpu']}, {report['machine']['cores_usable']} usable cores; "
+        f"--workers {p['workers']}, --max-bytes none, --max-samples per profile below; "
+        f"{p['repeats']} interleaved round(s), median (min-max); trees read once before timing (warm cache).",
+        "",
+        "| profile | contender | samples/s | MB/s | x tar cf | seconds: median (min-max) | CPU s |",
+        "|---|---|---:|---:|---:|---|---:|",
+    ]
+    for r in report["results"]:
+        lo, hi = r["samples_per_s_range"]
+        lines.append(
+            f"| {r['profile']} | {r['contender']} | {r['samples_per_s']:,.0f} ({lo:,.0f}-{hi:,.0f}) "
+            f"| {r['mb_per_s']:,.1f} | {r['ratio_to_tar']:.2f} "
+            f"| {r['median_s']:.3f} ({r['min_s']:.3f}-{r['max_s']:.3f}) | {r['cpu_s']:.2f} |"
+        )
+    lines += ["", "| profile | target | measured | |", "|---|---|---:|---|"]
+    for t in report["targets"]:
+        lines.append(
+            f"| {t['profile']} | {t['target']} | {t['value']:.2f}x | {'met' if t['met'] else 'MISSED'} |"
+        )
+    lines += ["", "Profiles:"]
+    for name, prof in p["profiles"].items():
+        lines.append(
+            f"- {name}: {prof['num_samples']:,} files of {prof['sample_bytes']:,} bytes, "
+            f"--max-samples {prof['max_samples']:,} ({prof['shards']} shards)"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.pack_bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--small", type=int, default=60_000, help="number of 1 KiB files")
+    parser.add_argument("--large", type=int, default=8_000, help="number of 64 KiB files")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--shards", type=int, default=8, help="shards per profile (sets --max-samples)")
+    parser.add_argument("--quick", action="store_true", help="3,000 + 300 files, 1 round: a smoke test")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "pack")
+    parser.add_argument("--cache", type=Path, default=ROOT / "bench-results" / "pack-cache")
+    parser.add_argument("--only", help="comma-separated contender names to run (tar cf always runs)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.small, args.large, args.repeats = 3_000, 300, 1
+    profiles = [Profile("small", args.small, 1024), Profile("large", args.large, 64 * 1024)]
+    profiles = [p for p in profiles if p.num_samples > 0]
+
+    started = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    params: dict[str, Any] = {
+        "repeats": args.repeats,
+        "workers": args.workers,
+        "quick": args.quick,
+        "warm": "each tree read once before its profile's rounds",
+        "profiles": {},
+    }
+    work = args.cache / "work"
+    for profile in profiles:
+        max_samples = -(-profile.num_samples // args.shards)
+        tree = build_tree(profile, args.cache)
+        files, total = warm(tree)
+        assert (files, total) == (profile.num_samples, profile.payload_bytes), (files, total)
+        entries = contenders(args.workers, max_samples)
+        if args.only:
+            wanted = {TAR, *(name.strip() for name in args.only.split(","))}
+            entries = [c for c in entries if c.name in wanted]
+        params["profiles"][profile.name] = {
+            **asdict(profile),
+            "max_samples": max_samples,
+            "shards": -(-profile.num_samples // max_samples),
+            "tree": str(tree),
+        }
+        print(
+            f"{profile.name}: {profile.num_samples:,} x {profile.sample_bytes:,} B, {args.repeats} round(s)"
+        )
+        rows += time_profile(profile, tree, work, entries, args.repeats, log=not args.quick)
+    shutil.rmtree(work, ignore_errors=True)
+
+    report = {
+        "benchmark": "shardpipe pack",
+        "parameters": params,
+        "machine": machine(),
+        "versions": versions(),
+        "results": rows,
+        "targets": targets(rows) if not args.only else [],
+        "elapsed_s": time.perf_counter() - started,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    text = render(report)
+    (args.out / "report.md").write_text(text)
+    print(text)
+    print(f"report: {args.out / 'report.md'} ({report['elapsed_s']:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

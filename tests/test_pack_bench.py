@@ -1,0 +1,76 @@
+"""``python -m bench.pack_bench --quick`` end to end: report structure and consistency, not speed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.pack_bench import FORMATS, SHARDWRITER, TAR, TAR_FSYNC
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTENDERS = {
+    TAR,
+    TAR_FSYNC,
+    SHARDWRITER,
+    *(f"shardpipe {f}" for f in FORMATS),
+    *(f"shardpipe {f} (in-process)" for f in FORMATS),
+}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
+    base = tmp_path_factory.mktemp("pack_bench")
+    out = base / "out"
+    command = [sys.executable, "-m", "bench.pack_bench", "--quick", "--out", str(out), "--cache", str(base)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return json.loads((out / "report.json").read_text()), done.stdout, out
+
+
+def test_every_contender_in_every_profile(run: tuple[dict[str, Any], str, Path]) -> None:
+    report, stdout, out = run
+    for profile in ("small", "large"):
+        names = {r["contender"] for r in report["results"] if r["profile"] == profile}
+        assert names == CONTENDERS
+    assert (out / "report.md").read_text().startswith("# shardpipe pack benchmark")
+    for name in CONTENDERS:
+        assert name in stdout
+    assert report["machine"]["cpu"] and report["machine"]["cores_logical"] >= 1
+    assert report["versions"]["webdataset"] != "not installed"
+    assert report["parameters"]["quick"] and report["parameters"]["repeats"] == 1
+
+
+def test_numbers_are_consistent(run: tuple[dict[str, Any], str, Path]) -> None:
+    report = run[0]
+    for profile, params in report["parameters"]["profiles"].items():
+        rows = [r for r in report["results"] if r["profile"] == profile]
+        tar = next(r for r in rows if r["contender"] == TAR)
+        assert tar["ratio_to_tar"] == pytest.approx(1.0)
+        for r in rows:
+            assert r["samples"] == params["num_samples"]
+            assert r["payload_bytes"] == params["num_samples"] * params["sample_bytes"]
+            assert len(r["seconds"]) == 1
+            assert r["min_s"] <= r["median_s"] <= r["max_s"]
+            assert r["samples_per_s"] == pytest.approx(r["samples"] / r["median_s"])
+            assert r["mb_per_s"] == pytest.approx(r["payload_bytes"] / 1e6 / r["median_s"])
+            assert r["ratio_to_tar"] == pytest.approx(r["samples_per_s"] / tar["samples_per_s"])
+
+
+def test_targets_follow_the_rates(run: tuple[dict[str, Any], str, Path]) -> None:
+    report = run[0]
+    assert len(report["targets"]) == 2 * (len(FORMATS) + 1)
+    rate = {(r["profile"], r["contender"]): r["samples_per_s"] for r in report["results"]}
+    for t in report["targets"]:
+        p = t["profile"]
+        if "ShardWriter" in t["target"]:
+            expected = rate[p, "shardpipe tar"] / rate[p, SHARDWRITER]
+        else:
+            fmt = t["target"].split()[1]
+            expected = rate[p, f"shardpipe {fmt}"] / rate[p, TAR]
+        assert t["value"] == pytest.approx(expected)
+        assert t["met"] == (t["value"] >= t["threshold"])
