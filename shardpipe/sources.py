@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,24 +52,21 @@ def scan_tree(
     grouped: dict[str, dict[str, str | bytes]] = {}
     sizes: dict[str, int] = {}
     ignored = 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if name.startswith("."):
-                continue
-            path = os.path.join(dirpath, name)
-            relpath = os.path.relpath(path, root).replace(os.sep, "/")
-            parts = split_key(relpath)
-            if parts is None:
-                ignored += 1
-                continue
-            key, field = parts
-            try:
-                size = os.stat(path).st_size
-            except OSError as exc:
-                raise DataError(f"cannot read {path}: {exc.strerror}") from exc
-            grouped.setdefault(key, {})[field] = path
-            sizes[key] = sizes.get(key, 0) + size
+    # A walk by hand with string prefixes: os.walk + os.path.relpath cost ~40 us per file, several times
+    # the syscalls themselves.
+    base = str(root)
+    for path, relpath in _walk_files(base if base.endswith("/") else base + "/", ""):
+        parts = split_key(relpath)
+        if parts is None:
+            ignored += 1
+            continue
+        key, field = parts
+        try:
+            size = os.stat(path).st_size
+        except OSError as exc:
+            raise DataError(f"cannot read {path}: {exc.strerror}") from exc
+        grouped.setdefault(key, {})[field] = path
+        sizes[key] = sizes.get(key, 0) + size
     classes = None
     if labels == "dirname":
         classes = _add_dirname_labels(root, grouped, sizes)
@@ -77,6 +74,23 @@ def scan_tree(
         raise UsageError(f"--labels {labels!r} is not supported; the only choice is 'dirname'")
     samples = [SampleSource(key, grouped[key], sizes[key]) for key in sorted(grouped)]
     return samples, classes, ignored
+
+
+def _walk_files(prefix: str, relprefix: str) -> Iterator[tuple[str, str]]:
+    """Yield ``(path, relative path)`` of the files under ``prefix``: its files, then subfolders, sorted.
+
+    Same selection as ``os.walk`` without following links: hidden names are skipped, symlinked
+    directories are not entered, unreadable directories are passed over.
+    """
+    try:
+        with os.scandir(prefix) as it:
+            entries = sorted((e.name, e.is_dir(), e.is_symlink()) for e in it if e.name[0] != ".")
+    except OSError:
+        return
+    for name, _, _ in (e for e in entries if not e[1]):
+        yield prefix + name, relprefix + name
+    for name, _, _ in (e for e in entries if e[1] and not e[2]):
+        yield from _walk_files(f"{prefix}{name}/", f"{relprefix}{name}/")
 
 
 def _add_dirname_labels(

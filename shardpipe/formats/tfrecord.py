@@ -29,7 +29,12 @@ def masked_crc(data: bytes | memoryview) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+_SMALL_VARINTS = [bytes((i,)) for i in range(0x80)]
+
+
 def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _SMALL_VARINTS[value]
     out = bytearray()
     while value > 0x7F:
         out.append(value & 0x7F | 0x80)
@@ -44,14 +49,30 @@ def _field(tag: int, payload: bytes) -> bytes:
 
 
 def encode_example(key: str, fields: Mapping[str, bytes]) -> bytes:
-    """Example{features: Features{feature: map<name, Feature{bytes_list: BytesList{value: [data]}}>}}."""
+    """Example{features: Features{feature: map<name, Feature{bytes_list: BytesList{value: [data]}}>}}.
+
+    Built as one list of pieces joined once, lengths computed up front: nesting ``_field`` calls copied
+    every payload once per level (4 copies) and cost ~50 us per sample.
+    """
     if KEY_FEATURE in fields:
         raise DataError(f"sample {key!r} has a field named {KEY_FEATURE!r}, which holds the key")
-    entries = [
-        _field(1, _field(1, name.encode()) + _field(2, _field(1, _field(1, bytes(data)))))
-        for name, data in ((KEY_FEATURE, key.encode()), *sorted(fields.items()))
-    ]
-    return _field(1, b"".join(entries))
+    parts: list[bytes] = [b"\x0a", b""]  # Example.features, its length filled in below
+    total = 0
+    for name, data in ((KEY_FEATURE, key.encode()), *sorted(fields.items())):
+        raw_name = name.encode()
+        value = bytes(data)
+        value_len = _varint(len(value))
+        bytes_list = 1 + len(value_len) + len(value)  # BytesList{value}
+        bytes_list_len = _varint(bytes_list)
+        feature = 1 + len(bytes_list_len) + bytes_list  # Feature{bytes_list}
+        feature_len, name_len = _varint(feature), _varint(len(raw_name))
+        entry = 1 + len(name_len) + len(raw_name) + 1 + len(feature_len) + feature  # map entry
+        entry_len = _varint(entry)
+        total += 1 + len(entry_len) + entry
+        parts += (b"\x0a", entry_len, b"\x0a", name_len, raw_name, b"\x12", feature_len)
+        parts += (b"\x0a", bytes_list_len, b"\x0a", value_len, value)
+    parts[1] = _varint(total)
+    return b"".join(parts)
 
 
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -195,9 +216,9 @@ class TfrecordWriter:
     def write(self, key: str, fields: Mapping[str, bytes]) -> None:
         data = encode_example(key, fields)
         length = struct.pack("<Q", len(data))
-        record = b"".join((length, _CRC.pack(masked_crc(length)), data, _CRC.pack(masked_crc(data))))
-        self._file.write(record)
-        self._offsets.append(self._offsets[-1] + len(record))
+        head = length + _CRC.pack(masked_crc(length))
+        self._file.writelines((head, data, _CRC.pack(masked_crc(data))))  # no copy of data into a record
+        self._offsets.append(self._offsets[-1] + len(head) + len(data) + 4)
 
     def close(self) -> list[int]:
         self._file.close()
