@@ -34,5 +34,8 @@ bench-pack: setup
 bench-io: setup
 	$(BIN)/python -m bench $(ARGS)
 
+bench-scaling: setup
+	$(BIN)/python -m bench.scaling $(ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache bench-results demo-out

@@ -1,0 +1,91 @@
+"""``python -m bench.scaling --quick`` end to end: report structure and internal consistency, not speed."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from bench.scaling.report import PARTS
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_RANKS = min(2, torch.cuda.device_count()) if torch.cuda.is_available() else 2  # one rank per GPU
+
+
+def run_bench(out: Path, *extra: str) -> dict[str, Any]:
+    command = [sys.executable, "-m", "bench.scaling", "--quick", "--out", str(out)]
+    command += ["--max-ranks", str(MAX_RANKS), *extra]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert "weak scaling" in done.stdout and "efficiency" in done.stdout  # the terminal table
+    assert (out / "report.md").read_text().startswith("# shardpipe weak-scaling benchmark")
+    report: dict[str, Any] = json.loads((out / "report.json").read_text())
+    return report
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return run_bench(tmp_path_factory.mktemp("scaling") / "out")
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("scaling-synthetic") / "out"
+    return run_bench(out, "--synthetic", "--warmup", "1", "--steps", "4", "--repeats", "2")
+
+
+def check_consistent(report: dict[str, Any]) -> None:
+    params, results = report["parameters"], report["results"]
+    assert [e["ranks"] for e in results] == list(range(1, MAX_RANKS + 1))
+    base = results[0]
+    assert base["efficiency"] == pytest.approx(1.0)
+    for e in results:
+        n = e["ranks"]
+        assert e["efficiency"] == pytest.approx(e["samples_per_s"] / (n * base["samples_per_s"]))
+        flops = report["model"]["flops_per_sample"]
+        assert e["tflops_per_device"] == pytest.approx(e["samples_per_s"] / n * flops / 1e12)
+        windows = e["samples_per_s_windows"]
+        assert len(windows) == params["repeats"]
+        assert e["samples_per_s"] == pytest.approx(statistics.median(windows))
+        assert e["samples_per_s_min"] <= e["samples_per_s"] <= e["samples_per_s_max"]
+        assert len(e["per_rank_samples_per_s"]) == n
+        assert e["measured_steps_per_rank"] == params["steps"] * params["repeats"]
+        assert set(e["parts_ms"]) == set(PARTS)
+        assert all(v >= -1e-3 for v in e["parts_ms"].values()) and e["step_ms"] > 0
+        for part in PARTS:
+            assert e["growth_ms"][part] == pytest.approx(e["parts_ms"][part] - base["parts_ms"][part])
+        if n > 1 and e["efficiency"] < params["threshold"]:
+            assert e["grew"] == max(PARTS, key=lambda p: e["growth_ms"][p])
+            assert f"{e['grew']} grew most" in e["explanation"]
+        else:
+            assert e["grew"] is None and e["explanation"] is None
+
+
+def test_loader_run_is_consistent(report: dict[str, Any]) -> None:
+    check_consistent(report)
+    assert report["data"]["num_samples"] >= MAX_RANKS * 64 * (3 + 15 * 3)
+    assert len(report["data"]["fingerprint"]) == 16
+
+
+def test_synthetic_run_is_consistent(synthetic: dict[str, Any]) -> None:
+    check_consistent(synthetic)
+    assert synthetic["data"]["synthetic"] is True and synthetic["parameters"]["synthetic"] is True
+
+
+def test_report_records_what_makes_results_comparable(report: dict[str, Any]) -> None:
+    assert report["hardware"]["cpu"] and report["versions"]["torch"]
+    assert report["backend"] == ("nccl" if report["device"] == "cuda" else "gloo")
+    for key in ("batch_size", "warmup", "steps", "repeats", "workers", "threads", "hidden", "layers"):
+        assert key in report["parameters"]
+    model = report["model"]
+    assert 0 < model["flops_per_sample"] <= model["flops_per_sample_analytic"]
+    assert {"warmup", "window", "repeats", "efficiency", "tflops", "parts"} <= set(report["rules"])
+    assert report["notes"]
+    if report["device"] == "cpu":
+        assert "share the cores" in report["notes"][0]
