@@ -10,6 +10,7 @@ uninterrupted run.
 from __future__ import annotations
 
 import copy
+import fcntl
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +37,11 @@ class ShardedLoader(DataLoader[Any]):
 
     def __len__(self) -> int:
         return self.sharded.num_batches(self.batch_size or 1, self.num_workers)
+
+    def _get_iterator(self) -> Any:
+        iterator = super()._get_iterator()
+        _enlarge_result_pipe(iterator)
+        return iterator
 
     def set_epoch(self, epoch: int) -> None:
         self.sharded.set_epoch(epoch)
@@ -82,6 +88,23 @@ class ShardedLoader(DataLoader[Any]):
         self.sharded.set_epoch(int(state["epoch"]))
         self.sharded._skip_batches[0] = int(state["batches"])
         self._pass_epoch = None
+
+
+RESULT_PIPE_BYTES = 1 << 20
+
+
+def _enlarge_result_pipe(iterator: Any) -> None:
+    """Let a worker write a whole batch into the result pipe at once (Linux; best effort).
+
+    A batch of 64 x 1 KiB samples overflows the default 64 KiB pipe, so the worker blocks mid-batch until
+    the main process drains it. Measured on 2 cores, 2 workers, batch 64, 6 interleaved pairs: 1.1-2.0x
+    more samples/s with a 1 MiB pipe. The queue is DataLoader-internal, so any surprise leaves it as is.
+    """
+    try:
+        reader = iterator._worker_result_queue._reader
+        fcntl.fcntl(reader.fileno(), fcntl.F_SETPIPE_SZ, RESULT_PIPE_BYTES)
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 def make_loader(
