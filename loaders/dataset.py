@@ -27,7 +27,8 @@ from loaders.planner import PlanConfig, Span, plan_epoch, samples_per_rank, work
 from loaders.world import get_worker, get_world
 from shardpipe.errors import DataError
 from shardpipe.formats import get_format
-from shardpipe.manifest import load_manifest, manifest_path, read_index
+from shardpipe.formats.layout import ShardIndex
+from shardpipe.manifest import load_manifest, manifest_path
 
 log = logging.getLogger("loaders")
 
@@ -82,7 +83,7 @@ class ShardedDataset(IterableDataset[Sample]):
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._skip_batches = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._errors = torch.zeros(MAX_WORKERS, dtype=torch.int64).share_memory_()
-        self._offsets: dict[int, np.ndarray] = {}
+        self._indexes: dict[int, ShardIndex] = {}
 
     # ---- epochs and sizes ---------------------------------------------------------------------------------
     @property
@@ -191,7 +192,7 @@ class ShardedDataset(IterableDataset[Sample]):
         first, is_pad, append = len(out), span.is_pad, out.append
         try:
             for key, fields in self.format.read(
-                self.root / entry.path, start, stop, self._shard_offsets(span.shard_index)
+                self.root / entry.path, start, stop, self._shard_index(span.shard_index)
             ):
                 sample = cast(Sample, fields)  # the same dict, now also holding key and pad flag
                 sample["__key__"] = key
@@ -206,13 +207,14 @@ class ShardedDataset(IterableDataset[Sample]):
                 f"{entry.path}: yielded {len(out) - first} samples for [{start}, {stop}); truncated?"
             )
 
-    def _shard_offsets(self, shard_index: int) -> np.ndarray | None:
+    def _shard_index(self, shard_index: int) -> ShardIndex | None:
         entry = self.shards[shard_index]
         if entry.index_path is None:
             return None
-        if shard_index not in self._offsets:
-            self._offsets[shard_index] = read_index(self.root / entry.index_path, entry.num_samples)
-        return self._offsets[shard_index]
+        if shard_index not in self._indexes:
+            path = self.root / entry.index_path
+            self._indexes[shard_index] = ShardIndex.read(path, entry.num_samples, self.manifest.fields)
+        return self._indexes[shard_index]
 
     def _finish(self, sample: Sample) -> Any:
         for field, decoder in self.decoders.items():

@@ -13,7 +13,8 @@ from pathlib import Path
 from shardpipe.atomic import write_bytes_atomic
 from shardpipe.errors import DataError, UsageError
 from shardpipe.formats import get_format
-from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, encode_index, sha256_file, write_manifest
+from shardpipe.formats.layout import ShardIndex
+from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, sha256_file, write_manifest
 from shardpipe.progress import Progress
 
 SUFFIXES = {".tar": "tar", ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfr": "tfrecord"}
@@ -43,33 +44,27 @@ def adopt(root: Path, *, split_name: str = "train", overwrite: bool = False, qui
         )
     fmt = get_format(formats.pop())
     progress = Progress("index", sum(len(p) for p in splits.values()), unit="shards", quiet=quiet)
-    fields: set[str] = set()
+    scanned = {}
+    for path in (path for paths in splits.values() for path in paths):
+        scanned[path] = fmt.scan(path)
+        progress.update(1, path.stat().st_size)
+    progress.close()
+    fields = tuple(sorted({name for _, layouts, _ in scanned.values() for s in layouts for name in s.fields}))
     entries: dict[str, tuple[ShardEntry, ...]] = {}
     for split, paths in splits.items():
         split_entries = []
-        for path in paths:
-            keys, offsets, shard_fields = fmt.scan(path)
-            fields |= shard_fields
-            index_data = encode_index(offsets)
-            index = path.with_name(path.name + ".idx")
-            write_bytes_atomic(index, index_data)
+        for path in paths:  # indexes are written once every shard is scanned: their columns are all fields
+            keys, layouts, end = scanned[path]
+            index_data = ShardIndex.build(layouts, end, fields).to_bytes()
+            write_bytes_atomic(path.with_name(path.name + ".idx"), index_data)
             rel = path.relative_to(root).as_posix()
-            split_entries.append(
-                ShardEntry(
-                    rel,
-                    len(keys),
-                    path.stat().st_size,
-                    sha256_file(path),
-                    f"{rel}.idx",
-                    hashlib.sha256(index_data).hexdigest(),
-                )
-            )
-            progress.update(1, path.stat().st_size)
+            digest = hashlib.sha256(index_data).hexdigest()
+            entry = ShardEntry(rel, len(keys), path.stat().st_size, sha256_file(path), f"{rel}.idx", digest)
+            split_entries.append(entry)
         entries[split] = tuple(split_entries)
-    progress.close()
     manifest = Manifest(
         format=fmt.name,
-        fields=tuple(sorted(fields)),
+        fields=fields,
         splits=entries,
         split_rule={"method": "adopted: files directly in the folder form one split, each subfolder another"},
         source={"kind": "adopted", "path": str(root)},

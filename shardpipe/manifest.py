@@ -2,7 +2,7 @@
 
 ``OUT/manifest.json`` records everything a loader needs to plan an epoch before reading a byte:
 per-shard sample counts, sizes and checksums, and, for formats that seek by byte offset, the path of a
-per-shard index of sample offsets (little-endian uint64, ``samples + 1`` entries). It holds no timestamps,
+per-shard index (``shardpipe.formats.layout``: where each sample, key and field sits). It holds no timestamps,
 so the same input and options give a byte-identical manifest.
 """
 
@@ -13,8 +13,6 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from shardpipe import __version__
 from shardpipe.atomic import write_bytes_atomic
@@ -147,23 +145,6 @@ def load_manifest(path: str | Path) -> Manifest:
 def write_manifest(root: Path, manifest: Manifest) -> None:
     """Write ``root/manifest.json`` atomically; callers write it last, after every shard is in place."""
     write_bytes_atomic(root / MANIFEST_NAME, manifest.dumps().encode())
-
-
-def encode_index(offsets: list[int]) -> bytes:
-    return np.asarray(offsets, dtype="<u8").tobytes()
-
-
-def read_index(path: Path, num_samples: int) -> np.ndarray:
-    """Read a shard's offset index, checking it has ``num_samples + 1`` entries."""
-    try:
-        offsets = np.fromfile(path, dtype="<u8")
-    except OSError as exc:
-        raise DataError(f"cannot read index {path}: {exc}") from exc
-    if len(offsets) != num_samples + 1:
-        raise DataError(
-            f"index {path} has {len(offsets)} offsets, expected {num_samples + 1}; run `shardpipe verify`"
-        )
-    return offsets
 
 
 def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:

@@ -20,7 +20,8 @@ from pathlib import Path
 from shardpipe.atomic import publish, sweep_temporaries, temp_path, write_bytes_atomic
 from shardpipe.errors import DataError, UsageError
 from shardpipe.formats import get_format
-from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, encode_index, sha256_file, write_manifest
+from shardpipe.formats.layout import ShardIndex
+from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, sha256_file, write_manifest
 from shardpipe.progress import Progress
 from shardpipe.sources import SampleSource, scan_source
 from shardpipe.split import SPLIT_METHOD, assign_splits, cut_shards
@@ -88,7 +89,7 @@ def pack(src: Path, out: Path, options: PackOptions, *, quiet: bool = False) -> 
     progress.update(sum(e.num_samples for e in reused.values()), sum(e.num_bytes for e in reused.values()))
     written: dict[str, ShardEntry] = {}
     with (out / JOURNAL_NAME).open("a") as journal:
-        for entry in _run(todo, out, options):
+        for entry in _run(todo, out, options, scan.fields):
             journal.write(json.dumps(entry.to_json()) + "\n")
             journal.flush()
             written[entry.path] = entry
@@ -198,14 +199,16 @@ def _remove_outputs(out: Path) -> None:
             shutil.rmtree(split_dir)
 
 
-def _run(jobs: list[ShardJob], out: Path, options: PackOptions) -> Iterator[ShardEntry]:
+def _run(
+    jobs: list[ShardJob], out: Path, options: PackOptions, fields: tuple[str, ...]
+) -> Iterator[ShardEntry]:
     """Write shards, yielding each entry as it completes; in-process for one worker."""
     if options.workers == 1 or len(jobs) <= 1:
         for job in jobs:
-            yield write_shard(job, out, options.format)
+            yield write_shard(job, out, options.format, fields)
         return
     with ProcessPoolExecutor(max_workers=options.workers) as pool:
-        pending = {pool.submit(write_shard, job, out, options.format) for job in jobs}
+        pending = {pool.submit(write_shard, job, out, options.format, fields) for job in jobs}
         try:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -216,7 +219,7 @@ def _run(jobs: list[ShardJob], out: Path, options: PackOptions) -> Iterator[Shar
                 future.cancel()
 
 
-def write_shard(job: ShardJob, root: Path, format_name: str) -> ShardEntry:
+def write_shard(job: ShardJob, root: Path, format_name: str, fields: tuple[str, ...]) -> ShardEntry:
     """Write one shard under a temporary name, then its index, then rename the shard into place."""
     fmt = get_format(format_name)
     final = root / job.relpath
@@ -232,10 +235,10 @@ def write_shard(job: ShardJob, root: Path, format_name: str) -> ShardEntry:
         except BaseException:
             writer.abort()
             raise
-        offsets = writer.close()
+        layouts, end = writer.close()
         index_path = index_sha256 = None
         if fmt.needs_index:
-            index_data = encode_index(offsets)
+            index_data = ShardIndex.build(layouts, end, fields).to_bytes()
             index_path, index_sha256 = f"{job.relpath}.idx", hashlib.sha256(index_data).hexdigest()
             write_bytes_atomic(root / index_path, index_data)
         sha256 = sha256_file(temp)

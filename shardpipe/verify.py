@@ -8,7 +8,8 @@ import numpy as np
 
 from shardpipe.errors import DataError
 from shardpipe.formats import Format, get_format
-from shardpipe.manifest import ShardEntry, load_manifest, read_index, sha256_file
+from shardpipe.formats.layout import SampleLayout, ShardIndex
+from shardpipe.manifest import ShardEntry, load_manifest, sha256_file
 from shardpipe.progress import Progress
 
 
@@ -21,13 +22,13 @@ def verify(root: Path, *, quiet: bool = False) -> list[str]:
     progress = Progress("verify", sum(s.num_samples for s in shards), quiet=quiet)
     problems: list[str] = []
     for entry in shards:
-        problems += _verify_shard(root, entry, fmt, set(manifest.fields))
+        problems += _verify_shard(root, entry, fmt, manifest.fields)
         progress.update(entry.num_samples, entry.num_bytes)
     progress.close()
     return problems
 
 
-def _verify_shard(root: Path, entry: ShardEntry, fmt: Format, fields: set[str]) -> list[str]:
+def _verify_shard(root: Path, entry: ShardEntry, fmt: Format, fields: tuple[str, ...]) -> list[str]:
     path = root / entry.path
     if not path.is_file():
         return [f"{entry.path}: missing"]
@@ -38,19 +39,22 @@ def _verify_shard(root: Path, entry: ShardEntry, fmt: Format, fields: set[str]) 
     if sha256_file(path) != entry.sha256:
         problems.append(f"{entry.path}: sha256 differs from the manifest (content changed or corrupt)")
     try:
-        keys, offsets, shard_fields = fmt.scan(path)
+        keys, layouts, end = fmt.scan(path)
     except DataError as exc:
         return [*problems, str(exc)]
     if len(keys) != entry.num_samples:
         problems.append(f"{entry.path}: {len(keys):,} samples, manifest says {entry.num_samples:,}")
-    if not shard_fields <= fields:
-        problems.append(f"{entry.path}: fields {sorted(shard_fields - fields)} are not in the manifest")
-    if entry.index_path is not None:
-        problems += _verify_index(root, entry, offsets)
+    extra = {name for sample in layouts for name in sample.fields} - set(fields)
+    if extra:
+        problems.append(f"{entry.path}: fields {sorted(extra)} are not in the manifest")
+    elif entry.index_path is not None:
+        problems += _verify_index(root, entry, layouts, end, fields)
     return problems
 
 
-def _verify_index(root: Path, entry: ShardEntry, offsets: list[int]) -> list[str]:
+def _verify_index(
+    root: Path, entry: ShardEntry, layouts: list[SampleLayout], end: int, fields: tuple[str, ...]
+) -> list[str]:
     index = root / str(entry.index_path)
     if not index.is_file():
         return [f"{entry.index_path}: missing"]
@@ -58,13 +62,15 @@ def _verify_index(root: Path, entry: ShardEntry, offsets: list[int]) -> list[str
     if sha256_file(index) != entry.index_sha256:
         problems.append(f"{entry.index_path}: sha256 differs from the manifest")
     try:
-        stored = read_index(index, entry.num_samples)
+        stored = ShardIndex.read(index, entry.num_samples, fields)
     except DataError as exc:
         return [*problems, str(exc)]
-    if len(stored) != len(offsets) or not np.array_equal(stored, np.asarray(offsets, dtype=stored.dtype)):
-        mismatch = next(
-            (i for i, (a, b) in enumerate(zip(stored.tolist(), offsets, strict=False)) if a != b),
-            len(offsets),
+    expected = ShardIndex.build(layouts, end, fields)
+    if stored != expected:
+        rows = (
+            np.flatnonzero((stored.table != expected.table).any(axis=1))
+            if len(stored) == len(expected)
+            else [0]
         )
-        problems.append(f"{entry.index_path}: offset of sample {mismatch} disagrees with the shard")
+        problems.append(f"{entry.index_path}: entry of sample {int(rows[0])} disagrees with the shard")
     return problems

@@ -14,7 +14,8 @@ import torch
 from loaders import ShardedDataset, make_loader
 from loaders.decode import resolve_decoders
 from shardpipe.errors import DataError
-from shardpipe.manifest import load_manifest, read_index
+from shardpipe.formats.layout import ShardIndex
+from shardpipe.manifest import load_manifest
 from tests.datagen import pack_dataset
 
 FORMATS = ["tar", "lmdb", "tfrecord"]
@@ -191,7 +192,7 @@ def damage(out: Path, fmt: str) -> str:
     if fmt == "lmdb":
         shard.write_bytes(bytes(data[: len(data) // 2]))
         return "truncated"
-    offsets = read_index(out / str(entry.index_path), entry.num_samples)
+    offsets = ShardIndex.read(out / str(entry.index_path), entry.num_samples, manifest.fields).offsets
     data[int(offsets[3]) + (0 if fmt == "tar" else 20)] ^= 0xFF  # sample 3's header / record
     shard.write_bytes(bytes(data))
     return "sample 3"

@@ -19,6 +19,7 @@ from shardpipe.errors import CorruptShardError, DataError
 from shardpipe.formats import Fields, Format, all_formats, framing, get_format
 from shardpipe.formats import lmdb as lmdb_format
 from shardpipe.formats import tfrecord as tfrecord_format
+from shardpipe.formats.layout import ShardIndex
 
 FORMATS = sorted(all_formats())
 Sample = tuple[str, Fields]
@@ -35,11 +36,20 @@ _samples = st.lists(
 )
 
 
-def write(fmt: Format, path: Path, samples: Sequence[Sample]) -> list[int]:
+def write(fmt: Format, path: Path, samples: Sequence[Sample]) -> ShardIndex:
+    """Write ``samples``; return the shard's index (also a sequence of sample offsets)."""
     writer = fmt.open_writer(path)
     for key, fields in samples:
         writer.write(key, fields)
-    return writer.close()
+    layouts, end = writer.close()
+    return ShardIndex.build(layouts, end, sorted({name for _, fields in samples for name in fields}))
+
+
+def scan(fmt: Format, path: Path) -> tuple[list[str], ShardIndex, set[str]]:
+    """Keys, index and field names of a shard, from a full parse."""
+    keys, layouts, end = fmt.scan(path)
+    names = {name for sample in layouts for name in sample.fields}
+    return keys, ShardIndex.build(layouts, end, sorted(names)), names
 
 
 def some_samples(num_samples: int = 20, size: int = 100) -> list[Sample]:
@@ -63,10 +73,12 @@ def test_round_trip_and_determinism(name: str, samples: list[Sample], data: st.D
         assert list(fmt.read(path, 0, len(samples), offsets)) == samples
         start = data.draw(st.integers(0, len(samples)))
         stop = data.draw(st.integers(start, len(samples)))
-        assert list(fmt.read(path, start, stop, offsets)) == samples[start:stop]
-        keys, scanned, names = fmt.scan(path)
+        assert list(fmt.read(path, start, stop, offsets)) == samples[start:stop]  # sliced by the index
+        plain = offsets.offsets.tolist()
+        assert list(fmt.read(path, start, stop, plain)) == samples[start:stop]  # parsed
+        keys, scanned, names = scan(fmt, path)
         assert keys == [key for key, _ in samples]
-        assert scanned == offsets
+        assert scanned == offsets  # the writer's index is what a scan of the file finds
         assert names == {field for _, fields in samples for field in fields}
         assert sorted(os.listdir(tmp)) == [path.name, again.name]  # no lock or side files
 
@@ -109,7 +121,7 @@ def test_tar_adopts_webdataset_and_tarfile_shards(tmp_path: Path, tar_format: st
         for key, fields in samples:
             sink.write({"__key__": key, **fields})
     fmt = get_format("tar")
-    keys, offsets, names = fmt.scan(path)
+    keys, offsets, names = scan(fmt, path)
     assert keys == [key for key, _ in samples] and names == {"bin", "cls", "png"}
     assert list(fmt.read(path, 0, len(samples), offsets)) == samples
     assert list(fmt.read(path, 4, 6, offsets)) == samples[4:6]
@@ -124,7 +136,7 @@ def test_tar_adopts_shard_writer_output(tmp_path: Path) -> None:
             sink.write({"__key__": key, **fields})
     fmt, got = get_format("tar"), []
     for path in sorted(tmp_path.glob("s-*.tar")):
-        keys, offsets, _ = fmt.scan(path)
+        keys, offsets, _ = scan(fmt, path)
         got += list(fmt.read(path, 0, len(keys), offsets))
     assert got == samples
 
@@ -199,7 +211,7 @@ def test_tar_writer_rejects_what_webdataset_would_read_differently(
     writer = get_format("tar").open_writer(tmp_path / "s.tar")
     with pytest.raises(DataError, match=r"naming rule|no fields"):
         writer.write(key, {} if field is None else {field: b"x"})
-    assert writer.close() == [0]
+    assert writer.close() == ([], 0)
 
 
 # --- TFRecord ----------------------------------------------------------------------------------------
@@ -230,7 +242,7 @@ def test_tfrecord_reads_foreign_files(tmp_path: Path) -> None:
     writer.write({"__key__": (b"k/1", "byte"), "jpg": (b"", "byte"), "label": (7, "int")})
     writer.close()
     fmt = get_format("tfrecord")
-    keys, offsets, names = fmt.scan(path)
+    keys, offsets, names = scan(fmt, path)
     assert keys == ["foreign/00000000", "k/1"] and names == {"jpg", "label", "box"}
     first, second = fmt.read(path, 0, 2, offsets)
     box = " ".join(repr(x) for x in struct.unpack("<2f", struct.pack("<2f", 0.1, 2.5))).encode()
@@ -292,7 +304,7 @@ def test_lmdb_grows_its_map_and_stays_compact(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(lmdb_format, "_CHUNK_BYTES", 1 << 18)
     samples = some_samples(300, size=8000)
     fmt, path = get_format("lmdb"), tmp_path / "s.lmdb"
-    assert write(fmt, path, samples) == list(range(301))
+    assert list(write(fmt, path, samples)) == list(range(301))
     data_bytes = sum(len(v) for _, fields in samples for v in fields.values())
     assert data_bytes < path.stat().st_size < 1.5 * data_bytes + (1 << 16)
     assert os.listdir(tmp_path) == ["s.lmdb"]

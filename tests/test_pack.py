@@ -17,7 +17,8 @@ from click.testing import CliRunner, Result
 
 from shardpipe.cli import main
 from shardpipe.formats import get_format
-from shardpipe.manifest import load_manifest, read_index
+from shardpipe.formats.layout import ShardIndex
+from shardpipe.manifest import load_manifest
 from tests.datagen import make_tree
 
 FORMATS = ["tar", "lmdb", "tfrecord"]
@@ -35,8 +36,10 @@ def read_back(out: Path) -> dict[str, dict[str, dict[str, bytes]]]:
     for name, shards in manifest.splits.items():
         samples = splits.setdefault(name, {})
         for shard in shards:
-            offsets = read_index(out / shard.index_path, shard.num_samples) if shard.index_path else None
-            for key, fields in fmt.read(out / shard.path, 0, shard.num_samples, offsets):
+            index = None
+            if shard.index_path:
+                index = ShardIndex.read(out / shard.index_path, shard.num_samples, manifest.fields)
+            for key, fields in fmt.read(out / shard.path, 0, shard.num_samples, index):
                 assert key not in samples
                 samples[key] = fields
     return splits

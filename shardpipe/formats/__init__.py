@@ -1,9 +1,10 @@
 """Shard formats behind one small interface, and the registry that names them.
 
 Each format module holds its writer and its reader. A writer appends samples to one shard file and, on
-close, returns the byte offset where each sample starts (plus the end offset), so a loader can later seek
-to any sample. A reader yields the samples ``[start, stop)`` of one shard, given those offsets. Nothing read
-from a shard is ever unpickled.
+close, returns where each sample, its key and each field sit (``formats.layout``), from which the pack
+stage writes the shard's index. A reader yields the samples ``[start, stop)`` of one shard: with a
+:class:`~shardpipe.formats.layout.ShardIndex` it slices them out of one read; with plain sample offsets
+it parses them. Nothing read from a shard is ever unpickled.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import Protocol
 
 import numpy as np
 
-Offsets = Sequence[int] | np.ndarray
-"""Per-sample byte offsets of a shard (``num_samples + 1`` entries), as a list or a uint64 array."""
+from shardpipe.formats.layout import SampleLayout, ShardIndex
+
+Offsets = ShardIndex | Sequence[int] | np.ndarray
+"""A shard's index, or just its ``num_samples + 1`` sample offsets (then the reader parses)."""
 
 Fields = dict[str, bytes]
 """A sample's named fields: field name (the file extension, e.g. ``jpg``) -> raw bytes."""
@@ -25,8 +28,8 @@ class ShardWriter(Protocol):
     def write(self, key: str, fields: Mapping[str, bytes]) -> None:
         """Append one sample."""
 
-    def close(self) -> list[int]:
-        """Flush and close; return ``num_samples + 1`` offsets (sample starts, then the end)."""
+    def close(self) -> tuple[list[SampleLayout], int]:
+        """Flush and close; return each sample's layout and the end offset of the last sample."""
 
     def abort(self) -> None:
         """Release the file after a failure; the caller deletes the partial shard."""
@@ -48,8 +51,8 @@ class Format(Protocol):
     ) -> Iterator[tuple[str, Fields]]:
         """Yield ``(key, fields)`` for samples ``start <= i < stop`` of the shard at ``path``."""
 
-    def scan(self, path: Path) -> tuple[list[str], list[int], set[str]]:
-        """Parse every record; return keys, ``num_samples + 1`` offsets, and field names.
+    def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
+        """Parse every record; return keys, layouts and the end offset, as the writer's ``close()`` does.
 
         Raises :class:`~shardpipe.errors.CorruptShardError` naming the position of the first bad record.
         """

@@ -21,6 +21,7 @@ import lmdb
 
 from shardpipe.errors import CorruptShardError
 from shardpipe.formats import Fields, Offsets, framing
+from shardpipe.formats.layout import SampleLayout
 
 COUNT_KEY = b"__count__"
 VERSION_KEY = b"__shardpipe__"
@@ -43,10 +44,12 @@ class LmdbWriter:
         self._pending: list[tuple[bytes, bytes]] = []
         self._pending_bytes = 0
         self._num_samples = 0
+        self._layouts: list[SampleLayout] = []
 
     def write(self, key: str, fields: Mapping[str, bytes]) -> None:
         record = framing.encode(key, fields)
         self._pending.append((_INDEX.pack(self._num_samples), record))
+        self._layouts.append(_layout(self._num_samples, fields))
         self._num_samples += 1
         self._pending_bytes += len(record)
         if self._pending_bytes >= _CHUNK_BYTES:
@@ -72,12 +75,17 @@ class LmdbWriter:
     def abort(self) -> None:
         self._env.close()
 
-    def close(self) -> list[int]:
+    def close(self) -> tuple[list[SampleLayout], int]:
         self._pending += [(COUNT_KEY, b"%d" % self._num_samples), (VERSION_KEY, b"%d" % framing.VERSION)]
         self._commit()
         self._env.sync(True)
         self._env.close()
-        return list(range(self._num_samples + 1))
+        return self._layouts, self._num_samples
+
+
+def _layout(position: int, fields: Mapping[str, object]) -> SampleLayout:
+    """LMDB seeks by key, not by byte: a sample's "offset" is its position and spans are not recorded."""
+    return SampleLayout(position, None, dict.fromkeys(fields))
 
 
 _envs: OrderedDict[tuple[str, int, int], lmdb.Environment] = OrderedDict()
@@ -167,10 +175,10 @@ class LmdbFormat:
                     raise CorruptShardError(shard, str(exc), sample_index=index) from exc
                 yield sample
 
-    def scan(self, path: Path) -> tuple[list[str], list[int], set[str]]:
+    def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         shard = str(path)
         keys: list[str] = []
-        names: set[str] = set()
+        layouts: list[SampleLayout] = []
         with _cached_env(path).begin(buffers=True) as txn:
             meta = {key: bytes(txn.get(key) or b"") for key in (COUNT_KEY, VERSION_KEY)}
             for raw_key, value in txn.cursor():
@@ -184,8 +192,8 @@ class LmdbFormat:
                     key, fields = framing.decode(value)
                 except framing.FramingError as exc:
                     raise CorruptShardError(shard, str(exc), sample_index=len(keys)) from exc
+                layouts.append(_layout(len(keys), fields))
                 keys.append(key)
-                names.update(fields)
         if meta[VERSION_KEY] != b"%d" % framing.VERSION:
             raise CorruptShardError(
                 shard, f"framing version {meta[VERSION_KEY]!r}, expected {framing.VERSION}"
@@ -194,7 +202,7 @@ class LmdbFormat:
             raise CorruptShardError(
                 shard, f"{COUNT_KEY!r} says {meta[COUNT_KEY]!r}, found {len(keys)} records"
             )
-        return keys, list(range(len(keys) + 1)), names
+        return keys, layouts, len(keys)
 
 
 FORMAT = LmdbFormat()

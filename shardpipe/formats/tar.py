@@ -19,6 +19,7 @@ import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError
 from shardpipe.formats import Fields, Offsets
+from shardpipe.formats.layout import NO_SPAN, PARSE, SampleLayout, ShardIndex, Span
 
 BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
@@ -84,11 +85,11 @@ def check_key(key: str, field: str) -> None:
 
 
 class TarWriter:
-    """Appends samples to one shard; ``close()`` returns each sample's first header offset, then the end."""
+    """Appends samples to one shard; ``close()`` returns where each sample, key and field sits."""
 
     def __init__(self, path: Path) -> None:
         self._file = Path(path).open("wb")  # noqa: SIM115 - the writer owns the file until close()
-        self._offsets: list[int] = []
+        self._layouts: list[SampleLayout] = []
         self._position = 0
 
     def abort(self) -> None:
@@ -98,6 +99,9 @@ class TarWriter:
         if not fields:
             raise DataError(f"sample {key!r} has no fields; a tar shard cannot hold it")
         parts: list[bytes] = []
+        start = pos = self._position
+        key_span: Span | None = (start, start + len(key.encode()))  # the first header's name field
+        spans: dict[str, Span | None] = {}
         for field in sorted(fields):
             check_key(key, field)
             name = f"{key}.{field}".encode()
@@ -105,21 +109,25 @@ class TarWriter:
             if len(name) > 100 or not name.isascii():
                 record = _pax_record(b"path", name)
                 parts += (_header(b"././@PaxHeader", len(record), b"x"), record, _padding(len(record)))
+                pos += BLOCK + len(record) + len(parts[-1])
                 name = name[:100]
+                key_span = None  # a PAX name: the index marks the sample for parsing, as a scan would
             parts += (_header(name, len(data), b"0"), data, _padding(len(data)))
+            spans[field] = (pos + BLOCK, pos + BLOCK + len(data))
+            pos += BLOCK + len(data) + len(parts[-1])
         chunk = b"".join(parts)
         self._file.write(chunk)
-        self._offsets.append(self._position)
-        self._position += len(chunk)
+        self._layouts.append(SampleLayout(start, key_span, spans))
+        self._position = pos
 
-    def close(self) -> list[int]:
+    def close(self) -> tuple[list[SampleLayout], int]:
         self._file.write(END_OF_ARCHIVE)
         self._file.close()
-        return [*self._offsets, self._position]
+        return self._layouts, self._position
 
 
-Sample = tuple[int, str, Fields]
-"""``(offset of the sample's first header, key, fields)``."""
+Sample = tuple[str, Fields, SampleLayout]
+"""``(key, fields, layout)``; the layout's positions are relative to the parsed buffer."""
 
 
 def _parse(
@@ -134,7 +142,7 @@ def _parse(
     samples: list[Sample] = []
     headers: list[int] = []
     end, pos = len(buf), 0
-    key_bytes, fields = b"", cast(Fields, {})
+    key_bytes, fields, spans = b"", cast(Fields, {}), cast(dict[str, Span | None], {})
     chain: int | None = None  # offset of the extended header that started the current member
     long_name: bytes | None = None
     pax_size: int | None = None
@@ -158,12 +166,12 @@ def _parse(
             if following > end:
                 raise _BadHeaderError(f"member data truncated ({size} bytes declared)", pos)
             if typeflag in _REGULAR:
-                if long_name is None:
+                in_header = long_name is None  # the key's bytes sit at the start of this header
+                if in_header:
                     name = raw_name.partition(b"\0")[0]
-                    if (
-                        buf[pos + 345] and buf[pos + 257 : pos + 263].tobytes() == b"ustar\0"
-                    ):  # ustar name prefix
+                    if buf[pos + 345] and bytes(buf[pos + 257 : pos + 263]) == b"ustar\0":  # name prefix
                         name = bytes(buf[pos + 345 : pos + 500]).partition(b"\0")[0] + b"/" + name
+                        in_header = False
                 else:
                     name, long_name = long_name, None
                 slash = name.rfind(b"/")
@@ -171,12 +179,15 @@ def _parse(
                 if dot <= slash + 1 or dot == len(name) - 1:
                     raise _BadHeaderError(f"member {name!r} is not named '<key>.<field>'", pos)
                 if name[:dot] != key_bytes:
-                    key_bytes, fields = name[:dot], {}
-                    samples.append((pos if chain is None else chain, key_bytes.decode(), fields))
+                    key_bytes, fields, spans = name[:dot], {}, {}
+                    key_span = (pos, pos + dot) if in_header else None
+                    layout = SampleLayout(pos if chain is None else chain, key_span, spans)
+                    samples.append((key_bytes.decode(), fields, layout))
                 field = field_names.get(name[dot + 1 :]) or _field_name(name[dot + 1 :])
                 if field in fields:
                     raise _BadHeaderError(f"duplicate member {name!r}", pos)
                 fields[field] = buf[data : data + size].tobytes()
+                spans[field] = (data, data + size)
                 chain = None
             elif typeflag in b"xLK":
                 chain = pos if chain is None else chain
@@ -313,29 +324,70 @@ class TarFormat:
                         shard, "file ends inside the span", sample_index=index, offset=base
                     )
                 try:
-                    samples, _ = _parse(view, shard, base, index, until_end_marker=False)
+                    yield from _read_chunk(view, offsets, index, chunk_stop, shard, base)
                 except CorruptShardError as exc:
                     if exc.sample_index is not None or exc.offset is None:
                         raise
                     at = bisect_right(offsets, exc.offset, index, stop + 1) - 1  # the sample holding the byte
                     raise CorruptShardError(shard, exc.detail, sample_index=at, offset=exc.offset) from exc
-                if len(samples) != chunk_stop - index:
-                    detail = f"span holds {len(samples)} samples, the index says {chunk_stop - index}"
-                    raise CorruptShardError(shard, detail, sample_index=index, offset=base)
-                for _, key, fields in samples:
-                    yield key, fields
                 index = chunk_stop
 
-    def scan(self, path: Path) -> tuple[list[str], list[int], set[str]]:
+    def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         shard = str(path)
         samples, end = _parse(memoryview(Path(path).read_bytes()), shard, 0, 0, until_end_marker=True)
-        keys = [key for _, key, _ in samples]
+        keys = [key for key, _, _ in samples]
         if len(set(keys)) != len(keys):
             index = next(i for i, key in enumerate(keys) if key in keys[:i])
             detail = f"key {keys[index]!r} appears twice: members of a sample must be consecutive"
-            raise CorruptShardError(shard, detail, sample_index=index, offset=samples[index][0])
-        names = {name for _, _, fields in samples for name in fields}
-        return keys, [start for start, _, _ in samples] + [end], names
+            raise CorruptShardError(shard, detail, sample_index=index, offset=samples[index][2].offset)
+        return keys, [layout for _, _, layout in samples], end
+
+
+def _read_chunk(
+    view: memoryview, offsets: Offsets, start: int, stop: int, shard: str, base: int
+) -> list[tuple[str, Fields]]:
+    """Samples ``[start, stop)`` of a chunk read at ``base``: sliced by the index, or parsed."""
+    if isinstance(offsets, ShardIndex) and (sliced := _slice(view, offsets, start, stop, shard)) is not None:
+        return sliced
+    samples, _ = _parse(view, shard, base, start, until_end_marker=False)
+    if len(samples) != stop - start:
+        detail = f"span holds {len(samples)} samples, the index says {stop - start}"
+        raise CorruptShardError(shard, detail, sample_index=start, offset=base)
+    return [(key, fields) for key, fields, _ in samples]
+
+
+def _slice(
+    view: memoryview, index: ShardIndex, start: int, stop: int, shard: str
+) -> list[tuple[str, Fields]] | None:
+    """Samples ``[start, stop)`` cut out of ``view`` by the index; ``None`` if one needs the parser.
+
+    Every member header in the chunk sits right before its data; their checksums are still verified, and
+    every span must lie inside the chunk, so a damaged header or a stale index is reported, not sliced.
+    """
+    rows = index.table[start:stop]  # (samples, 3 + 2 * fields)
+    if (rows[:, 1] == PARSE).any():
+        return None
+    base, end = index[start], index[stop]
+    starts = rows[:, 3::2]  # (samples, fields)
+    present = starts != NO_SPAN
+    data_starts, data_stops = starts[present], rows[:, 4::2][present]
+    if (data_starts < base + BLOCK).any() or (data_stops > end).any() or (rows[:, 2] > end).any():
+        raise CorruptShardError(shard, "the index points outside its sample span; run `shardpipe verify`",
+                                sample_index=start, offset=base)  # fmt: skip
+    _verify_checksums(view, (data_starts - (base + BLOCK)).tolist(), shard, base)
+    names = index.fields
+    out = []
+    for sample_index, row in enumerate(rows.tolist(), start):
+        fields: Fields = {}
+        for j, name in enumerate(names):
+            if (a := row[3 + 2 * j]) != NO_SPAN:
+                fields[name] = view[a - base : row[4 + 2 * j] - base].tobytes()
+        try:
+            key = str(view[row[1] - base : row[2] - base], "utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptShardError(shard, f"key is not UTF-8: {exc}", sample_index=sample_index) from None
+        out.append((key, fields))
+    return out
 
 
 FORMAT = TarFormat()
