@@ -149,9 +149,8 @@ class ShardedDataset(IterableDataset[Sample]):
     def _shuffled(
         self, spans: list[Span], seed: tuple[int, ...], skip: int, worker_index: int
     ) -> Iterator[Sample]:
-        window = self.shuffle_buffer if self.shuffle else max(sum(len(s) for s in spans), 1)
-        pieces = iter(_cut_windows(spans, window))
-        for window_index, window_spans in enumerate(pieces):
+        # Windows bound the memory (one window of samples per worker) with or without shuffling.
+        for window_index, window_spans in enumerate(_cut_windows(spans, self.shuffle_buffer)):
             size = sum(len(s) for s in window_spans)
             if skip >= size:  # consumed before the resume point: not even read
                 skip -= size

@@ -111,7 +111,7 @@ def _cached_env(path: Path) -> lmdb.Environment:
         key = (shard, stat.st_ino, stat.st_mtime_ns)
         env = _envs.get(key)
         if env is None:
-            env = _open(path, readonly=True, readahead=False, max_spare_txns=1)
+            env = _open(path, readonly=True, readahead=True, max_spare_txns=1)
             _check_complete(env, stat.st_size, shard)
             _envs[key] = env
             while len(_envs) > _MAX_OPEN:
