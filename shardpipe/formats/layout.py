@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardpipe.errors import DataError
+from shardpipe.errors import CorruptShardError, DataError
 
 NO_SPAN = 2**64 - 1
 PARSE = 2**64 - 2
@@ -92,3 +92,43 @@ class ShardIndex:
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def plain_rows(index: ShardIndex, start: int, stop: int, shard: str, header: int = 0) -> np.ndarray | None:
+    """Index rows of samples ``[start, stop)`` when all are plain spans; ``None`` if one needs parsing.
+
+    Every span must lie inside the samples' bytes (fields at least ``header`` bytes past a sample's start),
+    so a stale or damaged index is reported instead of being sliced with.
+    """
+    rows = index.table[start:stop]  # (samples, 3 + 2 * fields)
+    if (rows[:, 1] == PARSE).any():
+        return None
+    base, end = index[start], index[stop]
+    starts = rows[:, 3::2]  # (samples, fields)
+    present = starts != NO_SPAN
+    if (
+        (starts[present] < base + header).any()
+        or (rows[:, 4::2][present] > end).any()
+        or (rows[:, 2] > end).any()
+    ):
+        raise CorruptShardError(shard, "the index points outside its samples; run `shardpipe verify`",
+                                sample_index=start, offset=base)  # fmt: skip
+    return rows
+
+
+def cut_samples(
+    view: memoryview, rows: np.ndarray, base: int, fields: Sequence[str], shard: str, first_index: int
+) -> list[tuple[str, dict[str, bytes]]]:
+    """Slice each sample's key and fields out of ``view``, which holds the file from byte ``base``."""
+    out = []
+    for sample_index, row in enumerate(rows.tolist(), first_index):
+        sample: dict[str, bytes] = {}
+        for j, name in enumerate(fields):
+            if (a := row[3 + 2 * j]) != NO_SPAN:
+                sample[name] = view[a - base : row[4 + 2 * j] - base].tobytes()
+        try:
+            key = str(view[row[1] - base : row[2] - base], "utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptShardError(shard, f"key is not UTF-8: {exc}", sample_index=sample_index) from None
+        out.append((key, sample))
+    return out

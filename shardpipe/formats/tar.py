@@ -19,7 +19,7 @@ import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError
 from shardpipe.formats import Fields, Offsets
-from shardpipe.formats.layout import NO_SPAN, PARSE, SampleLayout, ShardIndex, Span
+from shardpipe.formats.layout import NO_SPAN, SampleLayout, ShardIndex, Span, cut_samples, plain_rows
 
 BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
@@ -361,33 +361,15 @@ def _slice(
 ) -> list[tuple[str, Fields]] | None:
     """Samples ``[start, stop)`` cut out of ``view`` by the index; ``None`` if one needs the parser.
 
-    Every member header in the chunk sits right before its data; their checksums are still verified, and
-    every span must lie inside the chunk, so a damaged header or a stale index is reported, not sliced.
+    Every member header sits right before its data: their checksums are still verified before slicing.
     """
-    rows = index.table[start:stop]  # (samples, 3 + 2 * fields)
-    if (rows[:, 1] == PARSE).any():
+    rows = plain_rows(index, start, stop, shard, header=BLOCK)
+    if rows is None:
         return None
-    base, end = index[start], index[stop]
-    starts = rows[:, 3::2]  # (samples, fields)
-    present = starts != NO_SPAN
-    data_starts, data_stops = starts[present], rows[:, 4::2][present]
-    if (data_starts < base + BLOCK).any() or (data_stops > end).any() or (rows[:, 2] > end).any():
-        raise CorruptShardError(shard, "the index points outside its sample span; run `shardpipe verify`",
-                                sample_index=start, offset=base)  # fmt: skip
+    base = index[start]
+    data_starts = rows[:, 3::2][rows[:, 3::2] != NO_SPAN]
     _verify_checksums(view, (data_starts - (base + BLOCK)).tolist(), shard, base)
-    names = index.fields
-    out = []
-    for sample_index, row in enumerate(rows.tolist(), start):
-        fields: Fields = {}
-        for j, name in enumerate(names):
-            if (a := row[3 + 2 * j]) != NO_SPAN:
-                fields[name] = view[a - base : row[4 + 2 * j] - base].tobytes()
-        try:
-            key = str(view[row[1] - base : row[2] - base], "utf-8")
-        except UnicodeDecodeError as exc:
-            raise CorruptShardError(shard, f"key is not UTF-8: {exc}", sample_index=sample_index) from None
-        out.append((key, fields))
-    return out
+    return cut_samples(view, rows, base, index.fields, shard, start)
 
 
 FORMAT = TarFormat()

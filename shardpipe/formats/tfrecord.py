@@ -17,7 +17,7 @@ from crc32c import crc32c
 
 from shardpipe.errors import CorruptShardError, DataError
 from shardpipe.formats import Fields, Offsets
-from shardpipe.formats.layout import NO_SPAN, PARSE, SampleLayout, ShardIndex, Span
+from shardpipe.formats.layout import SampleLayout, ShardIndex, Span, cut_samples, plain_rows
 
 KEY_FEATURE = "__key__"
 _HEADER = struct.Struct("<QI")
@@ -328,21 +328,14 @@ class TfrecordFormat:
 def _slice(
     buf: bytes, index: ShardIndex, start: int, stop: int, shard: str
 ) -> list[tuple[str, Fields]] | None:
-    """Records ``[start, stop)`` cut out of ``buf`` by the index, framing and both CRCs checked; ``None``
-    if one needs the parser."""
-    rows = index.table[start:stop]  # (samples, 3 + 2 * fields)
-    if (rows[:, 1] == PARSE).any():
+    """Records ``[start, stop)`` cut out of ``buf`` by the index after checking their framing and CRCs;
+    ``None`` if one needs the parser."""
+    rows = plain_rows(index, start, stop, shard)
+    if rows is None:
         return None
-    base, end = index[start], index[stop]
-    starts = rows[:, 3::2]
-    present = starts != NO_SPAN
-    if (starts[present] < base).any() or (rows[:, 4::2][present] > end).any() or (rows[:, 2] > end).any():
-        raise CorruptShardError(shard, "the index points outside its span; run `shardpipe verify`",
-                                sample_index=start, offset=base)  # fmt: skip
-    view, names = memoryview(buf), index.fields
+    base, view = index[start], memoryview(buf)
     bounds = (index.offsets[start : stop + 1] - base).tolist()
-    out = []
-    for i, row in enumerate(rows.tolist()):
+    for i in range(stop - start):
         pos, data_end = bounds[i], bounds[i + 1] - 4
         length, length_crc = _HEADER.unpack_from(buf, pos)
         (data_crc,) = _CRC.unpack_from(buf, data_end)
@@ -354,16 +347,7 @@ def _slice(
         )  # fmt: skip
         if problem:
             raise CorruptShardError(shard, problem, sample_index=start + i, offset=base + pos)
-        fields: Fields = {}
-        for j, name in enumerate(names):
-            if (a := row[3 + 2 * j]) != NO_SPAN:
-                fields[name] = buf[a - base : row[4 + 2 * j] - base]
-        try:
-            key = buf[row[1] - base : row[2] - base].decode()
-        except UnicodeDecodeError as exc:
-            raise CorruptShardError(shard, f"key is not UTF-8: {exc}", sample_index=start + i) from None
-        out.append((key, fields))
-    return out
+    return cut_samples(view, rows, base, index.fields, shard, start)
 
 
 FORMAT = TfrecordFormat()
