@@ -80,7 +80,7 @@ class ShardedDataset(IterableDataset[Sample]):
         self.on_error = on_error
         self.plan_config(1)  # validate seed, remainder, sizes now rather than in a worker
         # Shared memory: written by the main process, read (and, for errors, written) by workers.
-        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._epoch = torch.zeros(2, dtype=torch.int64).share_memory_()  # [epoch, set_epoch calls]
         self._skip_batches = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._errors = torch.zeros(MAX_WORKERS, dtype=torch.int64).share_memory_()
         self._indexes: dict[int, ShardIndex] = {}
@@ -91,11 +91,22 @@ class ShardedDataset(IterableDataset[Sample]):
         return int(self._epoch[0])
 
     def set_epoch(self, epoch: int) -> None:
-        """Reseed for ``epoch``; takes effect at the next ``iter()`` in every worker. Clears a resume skip."""
+        """Reseed for ``epoch``; takes effect at the next ``iter()`` in every worker.
+
+        Moving to another epoch drops a pending resume point; setting the resumed epoch again keeps it,
+        so the usual ``load_state_dict(state)`` then ``set_epoch(state["epoch"])`` resumes mid-epoch.
+        """
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
+        if epoch != self.epoch:
+            self._skip_batches[0] = 0
         self._epoch[0] = epoch
-        self._skip_batches[0] = 0
+        self._epoch[1] += 1
+
+    @property
+    def epoch_sets(self) -> int:
+        """How many times ``set_epoch`` was called: lets a loader see a pass begin without one."""
+        return int(self._epoch[1])
 
     def plan_config(self, num_workers: int) -> PlanConfig:
         return PlanConfig(

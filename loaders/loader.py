@@ -31,7 +31,7 @@ class ShardedLoader(DataLoader[Any]):
     def __init__(self, dataset: ShardedDataset, batch_size: int, **kwargs: Any) -> None:
         super().__init__(dataset, batch_size=batch_size, **kwargs)
         self.sharded = dataset
-        self._pass_epoch: int | None = None  # epoch of the previous pass
+        self._pass_sets: int | None = None  # set_epoch calls seen when the previous pass began
         self._warned = False
         self._batches = 0  # batches handed out in the current epoch (including those skipped on resume)
 
@@ -47,23 +47,22 @@ class ShardedLoader(DataLoader[Any]):
         self.sharded.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        epoch = self.sharded.epoch
-        repeated = self._pass_epoch is not None and epoch == self._pass_epoch
-        if repeated and self.sharded.shuffle and not int(self.sharded._skip_batches[0]):
-            epoch += 1
-            self.sharded.set_epoch(epoch)
+        forgotten = self._pass_sets is not None and self.sharded.epoch_sets == self._pass_sets
+        if forgotten and self.sharded.shuffle and not int(self.sharded._skip_batches[0]):
+            self.sharded.set_epoch(self.sharded.epoch + 1)
             if not self._warned:
                 log.warning(
                     "set_epoch() was not called before this pass; advanced to epoch %d so the order changes "
                     "(call loader.set_epoch(epoch) or dataset.set_epoch(epoch) each epoch to choose it)",
-                    epoch,
+                    self.sharded.epoch,
                 )
                 self._warned = True
-        self._pass_epoch = epoch
+        self._pass_sets = self.sharded.epoch_sets
         self._batches = int(self.sharded._skip_batches[0])
         for batch in super().__iter__():
             self._batches += 1
             yield batch
+        self.sharded._skip_batches[0] = 0  # a resumed epoch is complete: the next pass starts at batch 0
 
     def state_dict(self) -> dict[str, Any]:
         """Small, JSON-safe and identical on every rank: where this epoch stands."""
@@ -87,7 +86,7 @@ class ShardedLoader(DataLoader[Any]):
                 )
         self.sharded.set_epoch(int(state["epoch"]))
         self.sharded._skip_batches[0] = int(state["batches"])
-        self._pass_epoch = None
+        self._pass_sets = None
 
 
 RESULT_PIPE_BYTES = 1 << 20
