@@ -1,6 +1,6 @@
 """Batch collation that moves bytes between processes cheaply.
 
-Measured on 2 cores with 2 DataLoader workers (``/tmp``-free micro-benchmark, 64 KiB batches): a batch
+Measured on 2 cores with 2 DataLoader workers (a micro-benchmark of 64 KiB batches): a batch
 pickled inline through the worker's pipe crossed at 2,800 batches/s, one shared-memory tensor at 950/s and
 five tensors at 350/s: each tensor costs a file-descriptor round trip to the worker. At 4 MiB per batch the
 inline and single-tensor paths were equal (~810 MB/s). So a batch of raw byte fields becomes one

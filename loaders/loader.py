@@ -1,10 +1,10 @@
 """``make_loader``: a DataLoader over a ShardedDataset that keeps epochs and steps honest.
 
 It aligns the workers' shares to whole batches (so ``len(loader)`` is exact and equal on every rank),
-collates raw bytes into one shared-memory buffer per field and batch, calls ``set_epoch`` itself at each
-new pass when the user never does (the forgotten-``set_epoch`` bug cannot silently repeat one order), and
-saves and restores its position: resuming after k batches yields exactly the batches k, k+1, ... of the
-uninterrupted run.
+collates raw bytes into one buffer per field and batch (sent inline, see ``loaders.collate``), calls
+``set_epoch`` itself at each new pass when the user never does (the forgotten-``set_epoch`` bug cannot
+silently repeat one order), and saves and restores its position: resuming after k batches yields exactly
+the batches k, k+1, ... of the uninterrupted run.
 """
 
 from __future__ import annotations

@@ -162,17 +162,6 @@ def _rank_fails_or_hangs(rank: int, world_size: int) -> int:
     return rank
 
 
-def _sleep_forever(rank: int, world_size: int) -> None:
-    time.sleep(60)
-
-
-def _rank_fails_or_hangs(rank: int, world_size: int) -> int:
-    if rank == 1:
-        raise ValueError("boom on rank 1")
-    time.sleep(60)  # a peer waiting forever for the rank that failed
-    return rank
-
-
 def _rank_hangs(rank: int, world_size: int) -> int:
     if rank == 0:
         time.sleep(60)
