@@ -27,7 +27,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -35,12 +34,13 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from statistics import median
 from typing import Any
 
 import numpy as np
+
+from bench.system import hardware, versions
 
 DATA_VERSION = 1
 NUM_CLASSES = 10
@@ -272,34 +272,9 @@ def _target(profile: str, name: str, value: float, threshold: float) -> dict[str
     }
 
 
-def machine() -> dict[str, Any]:
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cores_logical": os.cpu_count(),
-        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "ram_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-        "platform": platform.platform(),
-    }
-
-
-def versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for name in ("shardpipe", "numpy", "webdataset", "lmdb", "crc32c", "click"):
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = "not installed"
+def tar_version() -> str:
     tar = subprocess.run(["tar", "--version"], capture_output=True, text=True, check=False).stdout
-    found["tar"] = tar.splitlines()[0] if tar else "unknown"
-    return found
+    return tar.splitlines()[0] if tar else "unknown"
 
 
 def render(report: dict[str, Any]) -> str:
@@ -387,8 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "benchmark": "shardpipe pack",
         "parameters": params,
-        "machine": machine(),
-        "versions": versions(),
+        "machine": hardware(),
+        "versions": {**versions(), "tar": tar_version()},
         "results": rows,
         "targets": targets(rows) if not args.only else [],
         "elapsed_s": time.perf_counter() - started,
