@@ -47,3 +47,21 @@ def pack_dataset(
     options = PackOptions(format=fmt, split=parse_split(split), max_samples=max_samples, labels="dirname")
     pack(src, out, options, quiet=True)
     return out
+
+
+def read_with_webdataset(urls: str | list[str]) -> list[tuple[str, dict[str, bytes]]]:
+    """Every sample as webdataset's own pipeline reads it.
+
+    webdataset leaves its tar files open; collecting them here keeps the ResourceWarning inside the calling
+    test (whose mark ignores it) instead of surfacing whenever the garbage collector next runs.
+    """
+    import gc
+
+    import webdataset as wds
+
+    samples = [
+        (s["__key__"], {k: v for k, v in s.items() if not k.startswith("__")})
+        for s in wds.WebDataset(urls, shardshuffle=False)
+    ]
+    gc.collect()
+    return samples

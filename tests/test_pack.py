@@ -19,7 +19,7 @@ from shardpipe.cli import main
 from shardpipe.formats import get_format
 from shardpipe.formats.layout import ShardIndex
 from shardpipe.manifest import load_manifest
-from tests.datagen import make_tree
+from tests.datagen import make_tree, read_with_webdataset
 
 FORMATS = ["tar", "lmdb", "tfrecord"]
 
@@ -83,19 +83,13 @@ def test_pack_tree_round_trip_verify_inspect(tmp_path: Path, fmt: str) -> None:
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # webdataset leaves files open
 def test_tar_shards_read_unchanged_by_webdataset(tmp_path: Path) -> None:
-    import webdataset as wds
-
     expected = make_tree(tmp_path / "src", 30)
     assert (
         run("pack", tmp_path / "src", tmp_path / "out", "--format", "tar", "--max-samples", "8").exit_code
         == 0
     )
     urls = sorted(str(p) for p in (tmp_path / "out" / "train").glob("*.tar"))
-    got = {
-        s["__key__"]: {k: v for k, v in s.items() if not k.startswith("__")}
-        for s in wds.WebDataset(urls, shardshuffle=False)
-    }
-    assert got == expected
+    assert dict(read_with_webdataset(urls)) == expected
 
 
 def test_pack_is_reproducible_across_runs_and_worker_counts(tmp_path: Path) -> None:
