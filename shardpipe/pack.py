@@ -20,15 +20,13 @@ from pathlib import Path
 from shardpipe.atomic import publish, sweep_temporaries, temp_path, write_bytes_atomic
 from shardpipe.errors import DataError, UsageError
 from shardpipe.formats import get_format
-from shardpipe.formats.layout import ShardIndex
 from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, sha256_file, write_manifest
 from shardpipe.progress import Progress
-from shardpipe.sources import SampleSource, scan_source
-from shardpipe.split import SPLIT_METHOD, assign_splits, cut_shards
+from shardpipe.sources import SampleTable, scan_source
+from shardpipe.split import SPLIT_METHOD, assign_splits, cut_runs, cut_shards
 
 JOURNAL_NAME = ".shardpipe-journal.jsonl"
-_FIRST_READ = 1 << 16  # one read for a typical sample, below the size where malloc turns to mmap
-_NEXT_READ = 1 << 20
+_BATCH_BYTES = 1 << 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +57,7 @@ class PackOptions:
 class ShardJob:
     split: str
     relpath: str
-    samples: list[SampleSource]
+    samples: SampleTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +77,7 @@ def pack(src: Path, out: Path, options: PackOptions, *, quiet: bool = False) -> 
         literal_fields=options.literal_fields,
         skip_incomplete=options.skip_incomplete,
     )
-    jobs = plan_jobs(assign_splits(scan.samples, options.split, options.seed), fmt.suffix, options)
+    jobs = plan_jobs(scan.table, fmt.suffix, options)
     job_id = fingerprint(jobs, options)
     finished = prepare_output(out, options, job_id)
     reused = {job.relpath: entry for job in jobs if (entry := _reusable(out, finished.get(job.relpath)))}
@@ -89,7 +87,7 @@ def pack(src: Path, out: Path, options: PackOptions, *, quiet: bool = False) -> 
     progress.update(sum(e.num_samples for e in reused.values()), sum(e.num_bytes for e in reused.values()))
     written: dict[str, ShardEntry] = {}
     with (out / JOURNAL_NAME).open("a") as journal:
-        for entry in _run(todo, out, options, scan.fields):
+        for entry in _run(todo, out, options):
             journal.write(json.dumps(entry.to_json()) + "\n")
             journal.flush()
             written[entry.path] = entry
@@ -99,7 +97,7 @@ def pack(src: Path, out: Path, options: PackOptions, *, quiet: bool = False) -> 
     entries = {**reused, **written}
     manifest = Manifest(
         format=options.format,
-        fields=scan.fields,
+        fields=scan.table.fields,
         classes=scan.classes,
         splits={name: tuple(entries[j.relpath] for j in jobs if j.split == name) for name in options.split},
         split_rule={"method": SPLIT_METHOD, "seed": options.seed, "fractions": options.split},
@@ -113,11 +111,16 @@ def pack(src: Path, out: Path, options: PackOptions, *, quiet: bool = False) -> 
     )
 
 
-def plan_jobs(splits: dict[str, list[SampleSource]], suffix: str, options: PackOptions) -> list[ShardJob]:
+def plan_jobs(table: SampleTable, suffix: str, options: PackOptions) -> list[ShardJob]:
     jobs = []
-    for name, samples in splits.items():
-        shards = cut_shards(samples, max_samples=options.max_samples, max_bytes=options.max_bytes)
-        jobs += [ShardJob(name, f"{name}/shard-{i:06d}{suffix}", shard) for i, shard in enumerate(shards)]
+    for name, rows in assign_splits(table.keys, options.split, options.seed).items():
+        samples = table if len(rows) == len(table) else table.take(rows)
+        runs = cut_shards(
+            samples.keys, samples.num_bytes, max_samples=options.max_samples, max_bytes=options.max_bytes
+        )
+        jobs += [
+            ShardJob(name, f"{name}/shard-{i:06d}{suffix}", samples.take(run)) for i, run in enumerate(runs)
+        ]
     return jobs
 
 
@@ -129,12 +132,9 @@ def fingerprint(jobs: list[ShardJob], options: PackOptions) -> str:
         ).encode()
     )
     for job in jobs:
-        digest.update(job.relpath.encode())
-        for sample in job.samples:
-            digest.update(f"\0{sample.key}\0{sample.num_bytes}".encode())
-            for name, value in sorted(sample.fields.items()):
-                digest.update(f"\0{name}\0".encode())
-                digest.update(value.encode() if isinstance(value, str) else hashlib.sha256(value).digest())
+        # repr of lists of str and bytes is unambiguous, and one C call per list
+        digest.update(repr((job.relpath, job.samples.keys, job.samples.fields, job.samples.columns)).encode())
+        digest.update(job.samples.sizes.astype("<i8").tobytes())
     return digest.hexdigest()[:16]
 
 
@@ -199,16 +199,14 @@ def _remove_outputs(out: Path) -> None:
             shutil.rmtree(split_dir)
 
 
-def _run(
-    jobs: list[ShardJob], out: Path, options: PackOptions, fields: tuple[str, ...]
-) -> Iterator[ShardEntry]:
+def _run(jobs: list[ShardJob], out: Path, options: PackOptions) -> Iterator[ShardEntry]:
     """Write shards, yielding each entry as it completes; in-process for one worker."""
     if options.workers == 1 or len(jobs) <= 1:
         for job in jobs:
-            yield write_shard(job, out, options.format, fields)
+            yield write_shard(job, out, options.format)
         return
     with ProcessPoolExecutor(max_workers=options.workers) as pool:
-        pending = {pool.submit(write_shard, job, out, options.format, fields) for job in jobs}
+        pending = {pool.submit(write_shard, job, out, options.format) for job in jobs}
         try:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -219,58 +217,68 @@ def _run(
                 future.cancel()
 
 
-def write_shard(job: ShardJob, root: Path, format_name: str, fields: tuple[str, ...]) -> ShardEntry:
-    """Write one shard under a temporary name, then its index, then rename the shard into place."""
+def write_shard(job: ShardJob, root: Path, format_name: str) -> ShardEntry:
+    """Write one shard under a temporary name, then its index, then rename the shard into place.
+
+    Samples go to the writer in batches of about ``_BATCH_BYTES``: the writer frames a batch with its
+    per-field work done once, and a worker holds at most one batch of file contents.
+    """
     fmt = get_format(format_name)
     final = root / job.relpath
     final.parent.mkdir(parents=True, exist_ok=True)
     temp = temp_path(final)
+    samples = job.samples
     try:
         writer = fmt.open_writer(temp)
         try:
-            for sample in job.samples:
-                writer.write(
-                    sample.key, {name: _load(v, name, sample, job) for name, v in sample.fields.items()}
-                )
+            for run in cut_runs(samples.num_bytes, max_samples=None, max_bytes=_BATCH_BYTES):
+                batch = samples.take(run)
+                columns = [_load(batch, j, job.relpath) for j in range(len(batch.fields))]
+                writer.write_batch(batch.keys, batch.fields, columns)
         except BaseException:
             writer.abort()
             raise
-        layouts, end = writer.close()
+        index = writer.close()
         index_path = index_sha256 = None
         if fmt.needs_index:
-            index_data = ShardIndex.build(layouts, end, fields).to_bytes()
+            index_data = index.to_bytes()
             index_path, index_sha256 = f"{job.relpath}.idx", hashlib.sha256(index_data).hexdigest()
             write_bytes_atomic(root / index_path, index_data)
         sha256 = sha256_file(temp)
         publish(temp, final)
     finally:
         temp.unlink(missing_ok=True)
-    return ShardEntry(job.relpath, len(job.samples), final.stat().st_size, sha256, index_path, index_sha256)
+    return ShardEntry(job.relpath, len(samples), final.stat().st_size, sha256, index_path, index_sha256)
 
 
-def _load(value: str | bytes, name: str, sample: SampleSource, job: ShardJob) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    try:
-        return _read_file(value)
-    except OSError as exc:
-        raise DataError(
-            f"cannot read {value} (field {name!r} of sample {sample.key!r}, for shard {job.relpath}): "
-            f"{exc.strerror}. Fix or remove the file, then rerun with --resume"
-        ) from exc
+def _load(batch: SampleTable, column: int, shard: str) -> list[bytes]:
+    """Field ``column`` of every sample in ``batch``: literal bytes as they are, files read whole.
 
-
-def _read_file(path: str) -> bytes:
-    """The file's bytes by raw ``os`` calls: ``open()`` builds a file object per file, which cost as much as
-    the syscalls for a 1 KiB sample (~8 -> ~5 us per file, measured here)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        data = os.read(fd, _FIRST_READ)
-        if len(data) < _FIRST_READ and (more := os.read(fd, _NEXT_READ)) == b"":
-            return data
-        chunks = [data] if len(data) == _FIRST_READ else [data, more]
-        while chunk := os.read(fd, _NEXT_READ):
-            chunks.append(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    finally:
-        os.close(fd)
+    A file is read by raw ``os`` calls with one ``read`` of its scanned size plus one byte: ``open()``
+    builds a file object per file, which cost as much as the syscalls for a 1 KiB sample, and the extra
+    byte tells a file that grew since the scan from one read in full.
+    """
+    values, sizes = batch.columns[column], batch.sizes[:, column].tolist()
+    out: list[bytes] = []
+    for i, value in enumerate(values):
+        if isinstance(value, bytes):
+            out.append(value)
+            continue
+        try:
+            fd = os.open(value, os.O_RDONLY)
+            try:
+                data = os.read(fd, sizes[i] + 1)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise DataError(
+                f"cannot read {value} (field {batch.fields[column]!r} of sample {batch.keys[i]!r}, for shard "
+                f"{shard}): {exc.strerror}. Fix or remove the file, then rerun with --resume"
+            ) from exc
+        if len(data) != sizes[i]:
+            raise DataError(
+                f"{value} changed while packing: scanned {sizes[i]:,} bytes, read {len(data):,} (field "
+                f"{batch.fields[column]!r} of sample {batch.keys[i]!r}, for shard {shard}). Rerun the pack"
+            )
+        out.append(data)
+    return out

@@ -7,12 +7,15 @@ options always give the same shards.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import re
 from collections.abc import Sequence
 
+import numpy as np
+
 from shardpipe.errors import DataError, UsageError
-from shardpipe.sources import SampleSource
 
 SPLIT_METHOD = "blake2b-64(f'{seed}:{key}') / 2**64 against cumulative fractions, in the order given"
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -47,50 +50,46 @@ def split_unit(key: str, seed: int) -> float:
     return int.from_bytes(digest, "big") / 2**64
 
 
-def assign_splits(
-    samples: Sequence[SampleSource], fractions: dict[str, float], seed: int
-) -> dict[str, list[SampleSource]]:
+def assign_splits(keys: Sequence[str], fractions: dict[str, float], seed: int) -> dict[str, list[int]]:
+    """The rows of ``keys`` that fall in each split, ascending."""
     names = list(fractions)
-    bounds = []
-    total = 0.0
-    for name in names:
-        total += fractions[name]
-        bounds.append(total)
+    if len(names) == 1:
+        return {names[0]: list(range(len(keys)))}
+    bounds = list(itertools.accumulate(fractions[name] for name in names))
     bounds[-1] = 1.0  # guard against rounding leaving a sliver unassigned
-    out: dict[str, list[SampleSource]] = {name: [] for name in names}
-    for sample in samples:
-        if len(names) == 1:
-            out[names[0]].append(sample)
-            continue
-        unit = split_unit(sample.key, seed)
-        out[names[next(i for i, bound in enumerate(bounds) if unit < bound)]].append(sample)
+    out: dict[str, list[int]] = {name: [] for name in names}
+    for row, key in enumerate(keys):
+        out[names[bisect.bisect_right(bounds, split_unit(key, seed))]].append(row)
     return out
 
 
 def cut_shards(
-    samples: Sequence[SampleSource], *, max_samples: int | None, max_bytes: int | None
-) -> list[list[SampleSource]]:
-    """Cut samples (already in order) into shards of at most ``max_samples`` and ``max_bytes`` payload."""
-    shards: list[list[SampleSource]] = []
-    current: list[SampleSource] = []
-    current_bytes = 0
-    for sample in samples:
-        if max_bytes is not None and sample.num_bytes > max_bytes:
-            raise DataError(
-                f"sample {sample.key!r} holds {sample.num_bytes:,} bytes, more than --max-bytes "
-                f"{max_bytes:,}; raise --max-bytes"
-            )
-        full = (max_samples is not None and len(current) >= max_samples) or (
-            max_bytes is not None and current_bytes + sample.num_bytes > max_bytes
+    keys: Sequence[str], num_bytes: np.ndarray, *, max_samples: int | None, max_bytes: int | None
+) -> list[slice]:
+    """Cut samples (already in order) into runs of at most ``max_samples`` and ``max_bytes`` payload."""
+    if max_bytes is not None and (too_big := np.flatnonzero(num_bytes > max_bytes)).size:
+        first = int(too_big[0])
+        raise DataError(
+            f"sample {keys[first]!r} holds {int(num_bytes[first]):,} bytes, more than --max-bytes "
+            f"{max_bytes:,}; raise --max-bytes"
         )
-        if current and full:
-            shards.append(current)
-            current, current_bytes = [], 0
-        current.append(sample)
-        current_bytes += sample.num_bytes
-    if current:
-        shards.append(current)
-    return shards
+    return cut_runs(num_bytes, max_samples=max_samples, max_bytes=max_bytes)
+
+
+def cut_runs(num_bytes: np.ndarray, *, max_samples: int | None, max_bytes: int | None) -> list[slice]:
+    """Greedy runs of at most ``max_samples`` samples and ``max_bytes`` bytes; a sample larger than
+    ``max_bytes`` gets a run of its own."""
+    ends = np.cumsum(num_bytes)  # ends[i]: bytes of samples [0, i]
+    runs, start, total = [], 0, len(num_bytes)
+    while start < total:
+        stop = total if max_samples is None else min(total, start + max_samples)
+        if max_bytes is not None:
+            before = int(ends[start - 1]) if start else 0
+            fits = int(np.searchsorted(ends, before + max_bytes, side="right"))  # first run end past it
+            stop = min(stop, max(fits, start + 1))
+        runs.append(slice(start, stop))
+        start = stop
+    return runs
 
 
 _UNITS = {

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from shardpipe.errors import DataError, UsageError
-from shardpipe.sources import SampleSource, split_key
-from shardpipe.split import assign_splits, cut_shards, parse_size, parse_split
+from shardpipe.sources import split_key
+from shardpipe.split import assign_splits, cut_runs, cut_shards, parse_size, parse_split
 
 
 @pytest.mark.parametrize(
@@ -17,6 +18,8 @@ from shardpipe.split import assign_splits, cut_shards, parse_size, parse_split
         ("0001.cls", ("0001", "cls")),
         ("a.b/0001.txt", ("a.b/0001", "txt")),
         ("README", None),
+        ("a/b/c.d.e", ("a/b/c", "d.e")),
+        ("a/0001.", ("a/0001", "")),
     ],
 )
 def test_split_key_follows_webdataset(path: str, expected: tuple[str, str] | None) -> None:
@@ -35,49 +38,53 @@ def test_parse_split() -> None:
             parse_split(bad)
 
 
-def _samples(keys: list[str], size: int = 10) -> list[SampleSource]:
-    return [SampleSource(k, {"bin": b"x" * size}, size) for k in keys]
-
-
 def test_split_is_stable_when_files_are_added() -> None:
     fractions = {"train": 0.8, "val": 0.1, "test": 0.1}
-    before = assign_splits(_samples([f"k{i}" for i in range(2000)]), fractions, seed=7)
-    after = assign_splits(_samples([f"k{i}" for i in range(5000)]), fractions, seed=7)
+    keys = [f"k{i}" for i in range(5000)]
+    before = assign_splits(keys[:2000], fractions, seed=7)
+    after = assign_splits(keys, fractions, seed=7)
     for name in fractions:
-        old = {s.key for s in before[name]}
-        new = {s.key for s in after[name] if int(s.key[1:]) < 2000}
-        assert old == new
+        assert before[name] == [row for row in after[name] if row < 2000]
+        assert before[name] == sorted(before[name])
+    assert sorted(row for rows in after.values() for row in rows) == list(range(5000))
     sizes = {name: len(after[name]) / 5000 for name in fractions}
     assert abs(sizes["train"] - 0.8) < 0.03 and abs(sizes["val"] - 0.1) < 0.02
-    other_seed = assign_splits(_samples([f"k{i}" for i in range(2000)]), fractions, seed=8)
-    assert {s.key for s in other_seed["val"]} != {s.key for s in before["val"]}
+    other_seed = assign_splits(keys[:2000], fractions, seed=8)
+    assert other_seed["val"] != before["val"]
 
 
 @given(
-    st.lists(st.integers(1, 50), min_size=0, max_size=60),
+    st.lists(st.integers(0, 50), min_size=0, max_size=60),
     st.one_of(st.none(), st.integers(1, 7)),
     st.one_of(st.none(), st.integers(50, 200)),
 )
 def test_cut_shards_respects_limits_and_order(
     sizes: list[int], max_samples: int | None, max_bytes: int | None
 ) -> None:
-    samples = [SampleSource(f"{i:04d}", {"bin": b""}, size) for i, size in enumerate(sizes)]
-    shards = cut_shards(samples, max_samples=max_samples, max_bytes=max_bytes)
-    assert [s for shard in shards for s in shard] == samples
-    for i, shard in enumerate(shards):
-        assert shard
-        assert max_samples is None or len(shard) <= max_samples
-        assert max_bytes is None or sum(s.num_bytes for s in shard) <= max_bytes
-        if i + 1 < len(shards):  # a shard is cut only when the next sample would not fit
-            nxt = shards[i + 1][0]
-            assert (max_samples is not None and len(shard) == max_samples) or (
-                max_bytes is not None and sum(s.num_bytes for s in shard) + nxt.num_bytes > max_bytes
+    num_bytes = np.array(sizes, dtype=np.int64)
+    runs = cut_shards(
+        [f"{i:04d}" for i in range(len(sizes))], num_bytes, max_samples=max_samples, max_bytes=max_bytes
+    )
+    assert [i for run in runs for i in range(len(sizes))[run]] == list(range(len(sizes)))
+    for i, run in enumerate(runs):
+        count, total = run.stop - run.start, int(num_bytes[run].sum())
+        assert count > 0
+        assert max_samples is None or count <= max_samples
+        assert max_bytes is None or total <= max_bytes
+        if i + 1 < len(runs):  # a shard is cut only when the next sample would not fit
+            assert (max_samples is not None and count == max_samples) or (
+                max_bytes is not None and total + int(num_bytes[run.stop]) > max_bytes
             )
 
 
 def test_sample_larger_than_max_bytes_is_an_error() -> None:
     with pytest.raises(DataError, match=r"'big'.*more than --max-bytes"):
-        cut_shards([SampleSource("big", {"bin": b""}, 1000)], max_samples=None, max_bytes=999)
+        cut_shards(["small", "big"], np.array([10, 1000]), max_samples=None, max_bytes=999)
+
+
+def test_cut_runs_gives_an_oversized_sample_a_run_of_its_own() -> None:
+    runs = cut_runs(np.array([5, 1000, 5, 5]), max_samples=None, max_bytes=10)
+    assert runs == [slice(0, 1), slice(1, 2), slice(2, 4)]
 
 
 def test_parse_size() -> None:

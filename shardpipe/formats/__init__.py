@@ -1,10 +1,10 @@
 """Shard formats behind one small interface, and the registry that names them.
 
 Each format module holds its writer and its reader. A writer appends samples to one shard file and, on
-close, returns where each sample, its key and each field sit (``formats.layout``), from which the pack
-stage writes the shard's index. A reader yields the samples ``[start, stop)`` of one shard: with a
-:class:`~shardpipe.formats.layout.ShardIndex` it slices them out of one read; with plain sample offsets
-it parses them. Nothing read from a shard is ever unpickled.
+close, returns where each sample, its key and each field sit (a ``ShardIndex``), which the pack stage
+writes beside the shard. A reader yields the samples ``[start, stop)`` of one shard: with a ``ShardIndex``
+it slices them out of one read; with plain sample offsets it parses them. Nothing read from a shard is
+ever unpickled.
 """
 
 from __future__ import annotations
@@ -28,8 +28,14 @@ class ShardWriter(Protocol):
     def write(self, key: str, fields: Mapping[str, bytes]) -> None:
         """Append one sample."""
 
-    def close(self) -> tuple[list[SampleLayout], int]:
-        """Flush and close; return each sample's layout and the end offset of the last sample."""
+    def write_batch(
+        self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Sequence[bytes]]
+    ) -> None:
+        """Append samples ``keys[i]`` with fields ``names[j] = columns[j][i]``: the pack stage's path,
+        which works out per-field framing once per batch instead of once per sample."""
+
+    def close(self) -> ShardIndex:
+        """Flush and close; return where each sample, its key and each field sit, and the end offset."""
 
     def abort(self) -> None:
         """Release the file after a failure; the caller deletes the partial shard."""

@@ -16,7 +16,7 @@ checks lengths: a corrupt or hostile record raises :class:`FramingError`, never 
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from shardpipe.errors import DataError
 from shardpipe.formats import Fields
@@ -26,7 +26,7 @@ KEY_FIELD = "__key__"
 _COUNT = struct.Struct("<I")
 _MAX_FIELDS = 4096
 _tables: dict[int, struct.Struct] = {}
-_layouts: dict[tuple[str, ...], tuple[tuple[str, ...], struct.Struct, tuple[int, ...], bytes]] = {}
+_layouts: dict[tuple[str, ...], tuple[list[int], struct.Struct, tuple[int, ...], bytes]] = {}
 _schemas: dict[bytes, tuple[str, ...]] = {}  # name-length table + names -> names; a shard repeats one
 
 
@@ -42,35 +42,44 @@ def _table(count: int) -> struct.Struct:
 
 
 def encode(key: str, fields: Mapping[str, bytes]) -> bytes:
-    """Frame ``key`` and ``fields`` (in sorted name order, so equal samples give equal bytes).
+    """Frame ``key`` and ``fields`` (in sorted name order, so equal samples give equal bytes)."""
+    return encode_batch([key], list(fields), [[data] for data in fields.values()])[0]
+
+
+def encode_batch(
+    keys: Sequence[str], names: Sequence[str], columns: Sequence[Sequence[bytes]]
+) -> list[bytes]:
+    """Frame samples ``keys[i]`` with fields ``names[j] = columns[j][i]``.
 
     What depends only on the field names (the table's struct, the name lengths and bytes) is built once
     per set of names: a shard repeats one (measured 4.6 -> 2.5 us per 1 KiB record).
     """
-    layout = _layouts.get(tuple(fields))
-    if layout is None:
-        layout = _layout(key, fields)
-    order, table, name_lengths, names = layout
-    raw_key = key.encode()
-    data = [bytes(fields[name]) for name in order]
-    lengths = table.pack(len(raw_key), *(len(d) for d in data), *name_lengths)
-    return b"".join((_COUNT.pack(len(order) + 1), lengths, names, raw_key, *data))
+    layout = _layouts.get(tuple(names)) or _layout(names)
+    order, table, name_lengths, raw_names = layout
+    count = _COUNT.pack(len(order) + 1)
+    ordered = [columns[j] for j in order]
+    records = []
+    for i, key in enumerate(keys):
+        raw_key = key.encode()
+        data = [column[i] for column in ordered]
+        lengths = table.pack(len(raw_key), *map(len, data), *name_lengths)
+        records.append(b"".join((count, lengths, raw_names, raw_key, *data)))
+    return records
 
 
-def _layout(
-    key: str, fields: Mapping[str, bytes]
-) -> tuple[tuple[str, ...], struct.Struct, tuple[int, ...], bytes]:
-    if KEY_FIELD in fields:
-        raise FramingError(f"sample {key!r} has a field named {KEY_FIELD!r}, which holds the key")
-    if len(fields) >= _MAX_FIELDS:
-        raise FramingError(f"sample {key!r} has {len(fields)} fields; at most {_MAX_FIELDS - 1} fit")
-    order = tuple(sorted(fields))
-    raw_names = [name.encode() for name in (KEY_FIELD, *order)]
+def _layout(names: Sequence[str]) -> tuple[list[int], struct.Struct, tuple[int, ...], bytes]:
+    """Column order (sorted by name), the length table's struct, name lengths and names, for ``names``."""
+    if KEY_FIELD in names:
+        raise FramingError(f"a field is named {KEY_FIELD!r}, which holds the key")
+    if len(names) >= _MAX_FIELDS:
+        raise FramingError(f"a sample has {len(names)} fields; at most {_MAX_FIELDS - 1} fit")
+    order = sorted(range(len(names)), key=names.__getitem__)
+    raw_names = [name.encode() for name in (KEY_FIELD, *(names[j] for j in order))]
     if any(len(name) > 0xFFFF for name in raw_names):
-        raise FramingError(f"sample {key!r} has a field name longer than 65535 bytes")
+        raise FramingError("a field name is longer than 65535 bytes")
     layout = (order, _table(len(raw_names)), tuple(len(name) for name in raw_names), b"".join(raw_names))
     if len(_layouts) < 1024:  # a few distinct name sets per job; never grow without bound
-        _layouts[tuple(fields)] = layout
+        _layouts[tuple(names)] = layout
     return layout
 
 

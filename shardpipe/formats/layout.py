@@ -62,6 +62,24 @@ class ShardIndex:
         return cls(np.array(rows, dtype="<u8"), fields)
 
     @classmethod
+    def from_batches(cls, batches: Sequence[tuple[tuple[str, ...], np.ndarray]], end: int) -> ShardIndex:
+        """Assemble a writer's batches, each ``(field names, rows)`` laid out like the table with those
+        names as its fields; the index's fields are the sorted union of every batch's names."""
+        fields = sorted({name for names, _ in batches for name in names})
+        column = {name: 3 + 2 * j for j, name in enumerate(fields)}
+        num_samples = sum(len(rows) for _, rows in batches)
+        table = np.full((num_samples + 1, 3 + 2 * len(fields)), NO_SPAN, dtype="<u8")
+        table[num_samples, 0] = end
+        first = 0
+        for names, rows in batches:
+            last = first + len(rows)
+            table[first:last, :3] = rows[:, :3]
+            for j, name in enumerate(names):
+                table[first:last, column[name] : column[name] + 2] = rows[:, 3 + 2 * j : 5 + 2 * j]
+            first = last
+        return cls(table, fields)
+
+    @classmethod
     def read(cls, path: Path, num_samples: int, fields: Sequence[str]) -> ShardIndex:
         try:
             flat = np.fromfile(path, dtype="<u8")
@@ -92,6 +110,14 @@ class ShardIndex:
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def batch_rows(rows: list[list[int]], num_fields: int) -> np.ndarray:
+    """A writer's index rows (laid out like the table) as an array; a sample whose key is marked
+    ``PARSE`` gets no field spans, as :meth:`ShardIndex.build` does."""
+    table = np.array(rows, dtype="<u8").reshape(len(rows), 3 + 2 * num_fields)
+    table[table[:, 1] == PARSE, 3:] = NO_SPAN
+    return table
 
 
 def plain_rows(index: ShardIndex, start: int, stop: int, shard: str, header: int = 0) -> np.ndarray | None:

@@ -13,15 +13,16 @@ from __future__ import annotations
 import os
 import struct
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import lmdb
+import numpy as np
 
 from shardpipe.errors import CorruptShardError
 from shardpipe.formats import Fields, Offsets, framing
-from shardpipe.formats.layout import SampleLayout
+from shardpipe.formats.layout import NO_SPAN, PARSE, SampleLayout, ShardIndex
 
 COUNT_KEY = b"__count__"
 VERSION_KEY = b"__shardpipe__"
@@ -44,14 +45,20 @@ class LmdbWriter:
         self._pending: list[tuple[bytes, bytes]] = []
         self._pending_bytes = 0
         self._num_samples = 0
-        self._layouts: list[SampleLayout] = []
+        self._batches: list[tuple[tuple[str, ...], np.ndarray]] = []
 
     def write(self, key: str, fields: Mapping[str, bytes]) -> None:
-        record = framing.encode(key, fields)
-        self._pending.append((_INDEX.pack(self._num_samples), record))
-        self._layouts.append(_layout(self._num_samples, fields))
-        self._num_samples += 1
-        self._pending_bytes += len(record)
+        self.write_batch([key], list(fields), [[data] for data in fields.values()])
+
+    def write_batch(
+        self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Sequence[bytes]]
+    ) -> None:
+        records = framing.encode_batch(keys, names, columns)
+        first = self._num_samples
+        self._pending += zip(map(_INDEX.pack, range(first, first + len(keys))), records, strict=True)
+        self._num_samples += len(keys)
+        self._pending_bytes += sum(map(len, records))
+        self._batches.append((tuple(sorted(names)), _rows(first, len(keys), len(names))))
         if self._pending_bytes >= _CHUNK_BYTES:
             self._commit()
 
@@ -75,17 +82,20 @@ class LmdbWriter:
     def abort(self) -> None:
         self._env.close()
 
-    def close(self) -> tuple[list[SampleLayout], int]:
+    def close(self) -> ShardIndex:
         self._pending += [(COUNT_KEY, b"%d" % self._num_samples), (VERSION_KEY, b"%d" % framing.VERSION)]
         self._commit()
         self._env.sync(True)
         self._env.close()
-        return self._layouts, self._num_samples
+        return ShardIndex.from_batches(self._batches, self._num_samples)
 
 
-def _layout(position: int, fields: Mapping[str, object]) -> SampleLayout:
+def _rows(first: int, num_samples: int, num_fields: int) -> np.ndarray:
     """LMDB seeks by key, not by byte: a sample's "offset" is its position and spans are not recorded."""
-    return SampleLayout(position, None, dict.fromkeys(fields))
+    rows = np.full((num_samples, 3 + 2 * num_fields), PARSE, dtype="<u8")
+    rows[:, 0] = np.arange(first, first + num_samples)
+    rows[:, 3:] = NO_SPAN
+    return rows
 
 
 _envs: OrderedDict[tuple[str, int, int], lmdb.Environment] = OrderedDict()
@@ -192,7 +202,7 @@ class LmdbFormat:
                     key, fields = framing.decode(value)
                 except framing.FramingError as exc:
                     raise CorruptShardError(shard, str(exc), sample_index=len(keys)) from exc
-                layouts.append(_layout(len(keys), fields))
+                layouts.append(SampleLayout(len(keys), None, dict.fromkeys(fields)))
                 keys.append(key)
         if meta[VERSION_KEY] != b"%d" % framing.VERSION:
             raise CorruptShardError(

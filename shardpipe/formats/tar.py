@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -19,7 +19,16 @@ import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError
 from shardpipe.formats import Fields, Offsets
-from shardpipe.formats.layout import NO_SPAN, SampleLayout, ShardIndex, Span, cut_samples, plain_rows
+from shardpipe.formats.layout import (
+    NO_SPAN,
+    PARSE,
+    SampleLayout,
+    ShardIndex,
+    Span,
+    batch_rows,
+    cut_samples,
+    plain_rows,
+)
 
 BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
@@ -70,26 +79,32 @@ def _pax_record(keyword: bytes, value: bytes) -> bytes:
     return b"%d" % length + body
 
 
-def _padding(size: int) -> bytes:
-    return bytes(-size % BLOCK)
+_PADDING = [bytes(-size % BLOCK) for size in range(BLOCK)]  # by size % BLOCK
 
 
-def check_key(key: str, field: str) -> None:
-    """Reject names that webdataset would split into a different key and field."""
+def check_key(key: str) -> None:
+    """Reject keys that webdataset would split into a different key and field."""
     base = key.rpartition("/")[2]
-    if not base or "." in base or not field or "/" in field or "\0" in key + field:
+    if not base or "." in base or "\0" in key:
         raise DataError(
-            f"sample {key!r} field {field!r} breaks the webdataset naming rule: the key's last path "
-            "component must be non-empty without '.', and the field non-empty without '/'"
+            f"sample key {key!r} breaks the webdataset naming rule: its last path component must be "
+            "non-empty and hold no '.'"
+        )
+
+
+def check_field(field: str) -> None:
+    if not field or "/" in field or "\0" in field:
+        raise DataError(
+            f"field {field!r} breaks the webdataset naming rule: it must be non-empty without '/'"
         )
 
 
 class TarWriter:
-    """Appends samples to one shard; ``close()`` returns where each sample, key and field sits."""
+    """Appends samples to one shard; ``close()`` returns the shard's index."""
 
     def __init__(self, path: Path) -> None:
         self._file = Path(path).open("wb")  # noqa: SIM115 - the writer owns the file until close()
-        self._layouts: list[SampleLayout] = []
+        self._batches: list[tuple[tuple[str, ...], np.ndarray]] = []
         self._position = 0
 
     def abort(self) -> None:
@@ -98,32 +113,46 @@ class TarWriter:
     def write(self, key: str, fields: Mapping[str, bytes]) -> None:
         if not fields:
             raise DataError(f"sample {key!r} has no fields; a tar shard cannot hold it")
+        self.write_batch([key], list(fields), [[data] for data in fields.values()])
+
+    def write_batch(
+        self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Sequence[bytes]]
+    ) -> None:
+        """Append samples ``keys[i]`` with fields ``names[j] = columns[j][i]``, as members in sorted
+        field order. The checks and the member suffixes are worked out once per batch, not per sample."""
+        order = sorted(range(len(names)), key=names.__getitem__)
+        for j in order:
+            check_field(names[j])
+        suffixes = [(f".{names[j]}".encode(), columns[j]) for j in order]
         parts: list[bytes] = []
-        start = pos = self._position
-        key_span: Span | None = (start, start + len(key.encode()))  # the first header's name field
-        spans: dict[str, Span | None] = {}
-        for field in sorted(fields):
-            check_key(key, field)
-            name = f"{key}.{field}".encode()
-            data = bytes(fields[field])
-            if len(name) > 100 or not name.isascii():
-                record = _pax_record(b"path", name)
-                parts += (_header(b"././@PaxHeader", len(record), b"x"), record, _padding(len(record)))
-                pos += BLOCK + len(record) + len(parts[-1])
-                name = name[:100]
-                key_span = None  # a PAX name: the index marks the sample for parsing, as a scan would
-            parts += (_header(name, len(data), b"0"), data, _padding(len(data)))
-            spans[field] = (pos + BLOCK, pos + BLOCK + len(data))
-            pos += BLOCK + len(data) + len(parts[-1])
-        chunk = b"".join(parts)
-        self._file.write(chunk)
-        self._layouts.append(SampleLayout(start, key_span, spans))
+        rows: list[list[int]] = []
+        pos = self._position
+        for i, key in enumerate(keys):
+            check_key(key)
+            raw_key = key.encode()
+            row = [pos, pos, pos + len(raw_key)]  # the key opens the first header's name field
+            for suffix, column in suffixes:
+                name, data = raw_key + suffix, column[i]
+                if len(name) > 100 or not name.isascii():
+                    record = _pax_record(b"path", name)
+                    pad = _PADDING[len(record) % BLOCK]
+                    parts += (_header(b"././@PaxHeader", len(record), b"x"), record, pad)
+                    pos += BLOCK + len(record) + len(pad)
+                    name = name[:100]
+                    row[1] = row[2] = PARSE  # a PAX name: the index marks the sample for parsing
+                pad = _PADDING[len(data) % BLOCK]
+                parts += (_header(name, len(data), b"0"), data, pad)
+                row += (pos + BLOCK, pos + BLOCK + len(data))
+                pos += BLOCK + len(data) + len(pad)
+            rows.append(row)
+        self._file.write(b"".join(parts))
+        self._batches.append((tuple(names[j] for j in order), batch_rows(rows, len(order))))
         self._position = pos
 
-    def close(self) -> tuple[list[SampleLayout], int]:
+    def close(self) -> ShardIndex:
         self._file.write(END_OF_ARCHIVE)
         self._file.close()
-        return self._layouts, self._position
+        return ShardIndex.from_batches(self._batches, self._position)
 
 
 Sample = tuple[str, Fields, SampleLayout]

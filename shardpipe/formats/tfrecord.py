@@ -10,18 +10,21 @@ become ASCII text; a missing ``__key__`` becomes ``{file stem}/{record index:08d
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 from crc32c import crc32c
 
 from shardpipe.errors import CorruptShardError, DataError
 from shardpipe.formats import Fields, Offsets
-from shardpipe.formats.layout import SampleLayout, ShardIndex, Span, cut_samples, plain_rows
+from shardpipe.formats.layout import SampleLayout, ShardIndex, Span, batch_rows, cut_samples, plain_rows
 
 KEY_FEATURE = "__key__"
 _HEADER = struct.Struct("<QI")
 _CRC = struct.Struct("<I")
+_LENGTH = struct.Struct("<Q")
 _NAMES: dict[bytes, str] = {}  # decoded feature names: every record repeats the same few
 
 
@@ -44,45 +47,21 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _field(tag: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field (wire type 2) with field number ``tag``."""
-    return bytes((tag << 3 | 2,)) + _varint(len(payload)) + payload
-
-
-def encode_example(key: str, fields: Mapping[str, bytes]) -> bytes:
-    """Example{features: Features{feature: map<name, Feature{bytes_list: BytesList{value: [data]}}>}}."""
-    return _encode(key, fields)[0]
-
-
-def _encode(key: str, fields: Mapping[str, bytes]) -> tuple[bytes, dict[str, Span]]:
-    """The Example's bytes and where each value (``__key__`` included) sits in them.
-
-    Built as one list of pieces joined once, lengths computed up front: nesting ``_field`` calls copied
-    every payload once per level (4 copies) and cost ~50 us per sample.
-    """
-    if KEY_FEATURE in fields:
-        raise DataError(f"sample {key!r} has a field named {KEY_FEATURE!r}, which holds the key")
-    parts: list[bytes] = [b"\x0a", b""]  # Example.features, its length filled in below
-    total = 0
-    spans: dict[str, Span] = {}
-    for name, data in ((KEY_FEATURE, key.encode()), *sorted(fields.items())):
-        raw_name = name.encode()
-        value = bytes(data)
-        value_len = _varint(len(value))
-        bytes_list = 1 + len(value_len) + len(value)  # BytesList{value}
-        bytes_list_len = _varint(bytes_list)
-        feature = 1 + len(bytes_list_len) + bytes_list  # Feature{bytes_list}
-        feature_len, name_len = _varint(feature), _varint(len(raw_name))
-        entry = 1 + len(name_len) + len(raw_name) + 1 + len(feature_len) + feature  # map entry
-        entry_len = _varint(entry)
-        value_at = total + 1 + len(entry_len) + entry - len(value)  # the value ends its entry
-        spans[name] = (value_at, value_at + len(value))
-        total += 1 + len(entry_len) + entry
-        parts += (b"\x0a", entry_len, b"\x0a", name_len, raw_name, b"\x12", feature_len)
-        parts += (b"\x0a", bytes_list_len, b"\x0a", value_len, value)
-    parts[1] = _varint(total)
-    head = 1 + len(parts[1])
-    return b"".join(parts), {name: (a + head, b + head) for name, (a, b) in spans.items()}
+@lru_cache(maxsize=4096)
+def _entry_head(name: str, size: int) -> bytes:
+    """A feature map entry up to its value: it depends only on the name and the value's length, so a
+    shard of equal-sized fields builds each once (measured 17.7 -> ~4 us per 1 KiB sample)."""
+    raw_name = name.encode()
+    value_len = _varint(size)
+    bytes_list = 1 + len(value_len) + size  # BytesList{value}
+    bytes_list_len = _varint(bytes_list)
+    feature = 1 + len(bytes_list_len) + bytes_list  # Feature{bytes_list}
+    feature_len, name_len = _varint(feature), _varint(len(raw_name))
+    entry = 1 + len(name_len) + len(raw_name) + 1 + len(feature_len) + feature  # map entry
+    return b"".join(
+        (b"\x0a", _varint(entry), b"\x0a", name_len, raw_name, b"\x12", feature_len, b"\x0a",
+         bytes_list_len, b"\x0a", value_len)
+    )  # fmt: skip
 
 
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -219,30 +198,54 @@ def _decode_general(buf: bytes, start: int, end: int) -> Fields:
 class TfrecordWriter:
     def __init__(self, path: Path) -> None:
         self._file = Path(path).open("wb")  # noqa: SIM115 - the writer owns the file until close()
-        self._layouts: list[SampleLayout] = []
+        self._batches: list[tuple[tuple[str, ...], np.ndarray]] = []
         self._position = 0
 
     def abort(self) -> None:
         self._file.close()
 
     def write(self, key: str, fields: Mapping[str, bytes]) -> None:
-        data, spans = _encode(key, fields)
-        length = struct.pack("<Q", len(data))
-        head = length + _CRC.pack(masked_crc(length))
-        self._file.writelines((head, data, _CRC.pack(masked_crc(data))))  # no copy of data into a record
-        self._layouts.append(_layout(self._position, self._position + len(head), spans))
-        self._position += len(head) + len(data) + 4
+        self.write_batch([key], list(fields), [[data] for data in fields.values()])
 
-    def close(self) -> tuple[list[SampleLayout], int]:
+    def write_batch(
+        self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Sequence[bytes]]
+    ) -> None:
+        """Append one record per key; features ``__key__`` then ``names`` in sorted order."""
+        if KEY_FEATURE in names:
+            raise DataError(f"a field is named {KEY_FEATURE!r}, which holds the key")
+        order = sorted(range(len(names)), key=names.__getitem__)
+        named = [(names[j], columns[j]) for j in order]
+        parts: list[bytes] = []
+        rows: list[list[int]] = []
+        pos = self._position
+        for i, key in enumerate(keys):
+            raw_key = key.encode()
+            head = _entry_head(KEY_FEATURE, len(raw_key))
+            pieces = [head, raw_key]
+            row = [pos, 0, len(head)]  # spans relative to the Example until its header is known
+            end = len(head) + len(raw_key)
+            for name, column in named:
+                data = column[i]
+                head = _entry_head(name, len(data))
+                pieces += (head, data)
+                row += (end + len(head), end + len(head) + len(data))
+                end += len(head) + len(data)
+            size = _varint(end)
+            example = b"".join((b"\x0a", size, *pieces))
+            length = _LENGTH.pack(len(example))
+            parts += (length, _CRC.pack(masked_crc(length)), example, _CRC.pack(masked_crc(example)))
+            shift = pos + 12 + 1 + len(size)  # record header, then Example's tag and length
+            row[1], row[2] = shift + row[2], shift + row[2] + len(raw_key)
+            row[3:] = [shift + offset for offset in row[3:]]
+            rows.append(row)
+            pos += 12 + len(example) + 4
+        self._file.write(b"".join(parts))
+        self._batches.append((tuple(name for name, _ in named), batch_rows(rows, len(named))))
+        self._position = pos
+
+    def close(self) -> ShardIndex:
         self._file.close()
-        return self._layouts, self._position
-
-
-def _layout(offset: int, data: int, spans: dict[str, Span]) -> SampleLayout:
-    """A record's layout from its value spans, given relative to its data at ``data``."""
-    absolute: dict[str, Span | None] = {name: (data + a, data + b) for name, (a, b) in spans.items()}
-    key = absolute.pop(KEY_FEATURE, None)
-    return SampleLayout(offset, key, absolute)
+        return ShardIndex.from_batches(self._batches, self._position)
 
 
 def _records(buf: bytes, shard: str, base: int, first_index: int) -> Iterator[tuple[int, int, int]]:
@@ -318,9 +321,8 @@ class TfrecordFormat:
             if spans is None:  # a foreign Example: readers parse it
                 layouts.append(SampleLayout(record, None, dict.fromkeys(fields)))
             else:
-                layouts.append(
-                    _layout(record, data, {n: (a - data, b - data) for n, (a, b) in spans.items()})
-                )
+                key_span = spans.pop(KEY_FEATURE, None)
+                layouts.append(SampleLayout(record, key_span, dict(spans)))
             keys.append(key)
         return keys, layouts, len(buf)
 
