@@ -16,6 +16,7 @@ import click
 
 from shardpipe import __version__
 from shardpipe.errors import DataError, UsageError
+from shardpipe.formats import FORMAT_NAMES
 from shardpipe.manifest import Manifest
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,7 +55,7 @@ def main() -> None:
 @click.option(
     "--format",
     "format_name",
-    type=click.Choice(["tar", "lmdb", "tfrecord"]),
+    type=click.Choice(FORMAT_NAMES),
     required=True,
     help="Shard format: tar (WebDataset convention), lmdb (one file per shard), tfrecord (tf.train.Example).",
 )

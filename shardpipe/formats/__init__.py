@@ -9,28 +9,31 @@ ever unpickled.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
-import numpy as np
+if TYPE_CHECKING:  # the CLI imports this package for the format names: keep numpy out of its start-up
+    import numpy as np
 
-from shardpipe.formats.layout import SampleLayout, ShardIndex
+    from shardpipe.formats.layout import SampleLayout, ShardIndex
 
-Offsets = ShardIndex | Sequence[int] | np.ndarray
+Offsets: TypeAlias = "ShardIndex | Sequence[int] | np.ndarray"
 """A shard's index, or just its ``num_samples + 1`` sample offsets (then the reader parses)."""
 
 Fields = dict[str, bytes]
 """A sample's named fields: field name (the file extension, e.g. ``jpg``) -> raw bytes."""
+
+Column = Sequence[bytes | memoryview]
+"""One field's values for a batch of samples; a writer must not keep a ``memoryview`` past the call."""
 
 
 class ShardWriter(Protocol):
     def write(self, key: str, fields: Mapping[str, bytes]) -> None:
         """Append one sample."""
 
-    def write_batch(
-        self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Sequence[bytes]]
-    ) -> None:
+    def write_batch(self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Column]) -> None:
         """Append samples ``keys[i]`` with fields ``names[j] = columns[j][i]``: the pack stage's path,
         which works out per-field framing once per batch instead of once per sample."""
 
@@ -64,17 +67,22 @@ class Format(Protocol):
         """
 
 
+FORMAT_NAMES = ("lmdb", "tar", "tfrecord")
+
+
 def get_format(name: str) -> Format:
-    """Return the format registered under ``name`` (``tar``, ``lmdb`` or ``tfrecord``)."""
+    """Return the format registered under ``name`` (``tar``, ``lmdb`` or ``tfrecord``).
+
+    Only that format's module is imported: a pack pays for its own format's libraries (crc32c alone
+    takes ~35 ms to import), not everyone's.
+    """
     from shardpipe.errors import UsageError
 
-    formats = all_formats()
-    if name not in formats:
-        raise UsageError(f"unknown format {name!r}; choose one of {', '.join(sorted(formats))}")
-    return formats[name]
+    if name not in FORMAT_NAMES:
+        raise UsageError(f"unknown format {name!r}; choose one of {', '.join(FORMAT_NAMES)}")
+    module: Any = importlib.import_module(f"shardpipe.formats.{name}")
+    return cast(Format, module.FORMAT)
 
 
 def all_formats() -> dict[str, Format]:
-    from shardpipe.formats import lmdb, tar, tfrecord
-
-    return {f.name: f for f in (tar.FORMAT, lmdb.FORMAT, tfrecord.FORMAT)}
+    return {name: get_format(name) for name in FORMAT_NAMES}

@@ -19,7 +19,7 @@ import struct
 from collections.abc import Mapping, Sequence
 
 from shardpipe.errors import DataError
-from shardpipe.formats import Fields
+from shardpipe.formats import Column, Fields
 
 VERSION = 1
 KEY_FIELD = "__key__"
@@ -43,13 +43,14 @@ def _table(count: int) -> struct.Struct:
 
 def encode(key: str, fields: Mapping[str, bytes]) -> bytes:
     """Frame ``key`` and ``fields`` (in sorted name order, so equal samples give equal bytes)."""
-    return encode_batch([key], list(fields), [[data] for data in fields.values()])[0]
+    return b"".join(encode_batch([key], list(fields), [[data] for data in fields.values()])[0])
 
 
 def encode_batch(
-    keys: Sequence[str], names: Sequence[str], columns: Sequence[Sequence[bytes]]
-) -> list[bytes]:
-    """Frame samples ``keys[i]`` with fields ``names[j] = columns[j][i]``.
+    keys: Sequence[str], names: Sequence[str], columns: Sequence[Column]
+) -> list[list[bytes | memoryview]]:
+    """Frame samples ``keys[i]`` with fields ``names[j] = columns[j][i]``; each record as its pieces
+    (header, key, data in sorted name order), for the caller to join or copy where it wants them.
 
     What depends only on the field names (the table's struct, the name lengths and bytes) is built once
     per set of names: a shard repeats one (measured 4.6 -> 2.5 us per 1 KiB record).
@@ -63,7 +64,7 @@ def encode_batch(
         raw_key = key.encode()
         data = [column[i] for column in ordered]
         lengths = table.pack(len(raw_key), *map(len, data), *name_lengths)
-        records.append(b"".join((count, lengths, raw_names, raw_key, *data)))
+        records.append([count + lengths + raw_names + raw_key, *data])
     return records
 
 

@@ -112,14 +112,6 @@ class ShardIndex:
     __hash__ = None  # type: ignore[assignment]
 
 
-def batch_rows(rows: list[list[int]], num_fields: int) -> np.ndarray:
-    """A writer's index rows (laid out like the table) as an array; a sample whose key is marked
-    ``PARSE`` gets no field spans, as :meth:`ShardIndex.build` does."""
-    table = np.array(rows, dtype="<u8").reshape(len(rows), 3 + 2 * num_fields)
-    table[table[:, 1] == PARSE, 3:] = NO_SPAN
-    return table
-
-
 def plain_rows(index: ShardIndex, start: int, stop: int, shard: str, header: int = 0) -> np.ndarray | None:
     """Index rows of samples ``[start, stop)`` when all are plain spans; ``None`` if one needs parsing.
 

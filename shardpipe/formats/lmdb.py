@@ -21,7 +21,7 @@ import lmdb
 import numpy as np
 
 from shardpipe.errors import CorruptShardError
-from shardpipe.formats import Fields, Offsets, framing
+from shardpipe.formats import Column, Fields, Offsets, framing
 from shardpipe.formats.layout import NO_SPAN, PARSE, SampleLayout, ShardIndex
 
 COUNT_KEY = b"__count__"
@@ -50,14 +50,12 @@ class LmdbWriter:
     def write(self, key: str, fields: Mapping[str, bytes]) -> None:
         self.write_batch([key], list(fields), [[data] for data in fields.values()])
 
-    def write_batch(
-        self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Sequence[bytes]]
-    ) -> None:
-        records = framing.encode_batch(keys, names, columns)
+    def write_batch(self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Column]) -> None:
         first = self._num_samples
+        records = [b"".join(pieces) for pieces in framing.encode_batch(keys, names, columns)]
         self._pending += zip(map(_INDEX.pack, range(first, first + len(keys))), records, strict=True)
-        self._num_samples += len(keys)
         self._pending_bytes += sum(map(len, records))
+        self._num_samples += len(keys)
         self._batches.append((tuple(sorted(names)), _rows(first, len(keys), len(names))))
         if self._pending_bytes >= _CHUNK_BYTES:
             self._commit()
@@ -85,8 +83,7 @@ class LmdbWriter:
     def close(self) -> ShardIndex:
         self._pending += [(COUNT_KEY, b"%d" % self._num_samples), (VERSION_KEY, b"%d" % framing.VERSION)]
         self._commit()
-        self._env.sync(True)
-        self._env.close()
+        self._env.close()  # committed pages are in the page cache; the pack stage fsyncs the shard
         return ShardIndex.from_batches(self._batches, self._num_samples)
 
 

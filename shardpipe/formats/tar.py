@@ -12,20 +12,20 @@ from __future__ import annotations
 import struct
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import chain
 from pathlib import Path
 from typing import cast
 
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats import Fields, Offsets
+from shardpipe.formats import Column, Fields, Offsets
 from shardpipe.formats.layout import (
     NO_SPAN,
     PARSE,
     SampleLayout,
     ShardIndex,
     Span,
-    batch_rows,
     cut_samples,
     plain_rows,
 )
@@ -34,6 +34,7 @@ BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 _MAX_USTAR_SIZE = 8**11
 _READ_CHUNK = 1 << 23
+_WRITE_BUFFER = 1 << 20
 # name, size, typeflag: with the ustar prefix, the only header fields a reader of sample shards needs.
 _HEADER = struct.Struct("100s24x12s20xc")
 _REGULAR = {b"0", b"\0", b"7"}
@@ -50,6 +51,9 @@ _MIDDLE = b"0000444\x000000000\x000000000\x00"
 _MTIME = b"00000000000\x00"
 _TAIL = bytes(100) + b"ustar\x0000" + bytes(64) + b"0000000\x000000000\x00" + bytes(167)
 _FIXED_SUM = sum(_MIDDLE) + sum(_MTIME) + 8 * 32 + sum(_TAIL)
+
+
+_OCTAL_SHIFTS = np.arange(10, -1, -1, dtype=np.int64) * 3  # most significant octal digit first
 
 
 def _header(name: bytes, size: int, typeflag: bytes) -> bytes:
@@ -69,6 +73,30 @@ def _header(name: bytes, size: int, typeflag: bytes) -> bytes:
         _TAIL,
     )
     return block
+
+
+_TEMPLATE = np.frombuffer(_header(b"", 0, b"0"), dtype=np.uint8).copy()
+_TEMPLATE[124:135] = 0  # size digits: written per member
+_TEMPLATE[148:156] = ord(" ")  # the checksum field counts as spaces while summing
+_TEMPLATE_SUM = int(_TEMPLATE.sum())
+
+
+def _headers(names: list[bytes], sizes: np.ndarray) -> bytes:
+    """``_header(name[:100], size, b"0")`` for every member at once: the fixed fields from one template,
+    name and size written as columns, the checksum as the template's sum plus theirs."""
+    if len(sizes) and sizes.max() >= _MAX_USTAR_SIZE:
+        big = int(np.argmax(sizes))
+        _header(names[big], int(sizes[big]), b"0")  # raises, naming the member
+    name_bytes = np.array(names, dtype="S100").view(np.uint8).reshape(len(names), 100)
+    size_digits = (sizes[:, None] >> _OCTAL_SHIFTS[-11:]) % 8 + ord("0")
+    checksums = _TEMPLATE_SUM + name_bytes.sum(axis=1, dtype=np.int64) + size_digits.sum(axis=1)
+    blocks = np.empty((len(names), BLOCK), dtype=np.uint8)
+    blocks[:] = _TEMPLATE
+    blocks[:, :100] = name_bytes
+    blocks[:, 124:135] = size_digits
+    blocks[:, 148:154] = (checksums[:, None] >> _OCTAL_SHIFTS[-6:]) % 8 + ord("0")
+    blocks[:, 154] = 0
+    return blocks.tobytes()
 
 
 def _pax_record(keyword: bytes, value: bytes) -> bytes:
@@ -103,7 +131,7 @@ class TarWriter:
     """Appends samples to one shard; ``close()`` returns the shard's index."""
 
     def __init__(self, path: Path) -> None:
-        self._file = Path(path).open("wb")  # noqa: SIM115 - the writer owns the file until close()
+        self._file = Path(path).open("wb", buffering=_WRITE_BUFFER)  # noqa: SIM115 - owned until close()
         self._batches: list[tuple[tuple[str, ...], np.ndarray]] = []
         self._position = 0
 
@@ -115,39 +143,52 @@ class TarWriter:
             raise DataError(f"sample {key!r} has no fields; a tar shard cannot hold it")
         self.write_batch([key], list(fields), [[data] for data in fields.values()])
 
-    def write_batch(
-        self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Sequence[bytes]]
-    ) -> None:
+    def write_batch(self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Column]) -> None:
         """Append samples ``keys[i]`` with fields ``names[j] = columns[j][i]``, as members in sorted
-        field order. The checks and the member suffixes are worked out once per batch, not per sample."""
+        field order. Headers and positions are computed for the whole batch with numpy (a header built
+        per member cost ~5 us of a 1 KiB sample's ~12); only PAX names are built one by one."""
+        if not keys:
+            return
+        if not names:
+            raise DataError(f"sample {keys[0]!r} has no fields; a tar shard cannot hold it")
         order = sorted(range(len(names)), key=names.__getitem__)
         for j in order:
             check_field(names[j])
-        suffixes = [(f".{names[j]}".encode(), columns[j]) for j in order]
-        parts: list[bytes] = []
-        rows: list[list[int]] = []
-        pos = self._position
-        for i, key in enumerate(keys):
+        for key in keys:
             check_key(key)
-            raw_key = key.encode()
-            row = [pos, pos, pos + len(raw_key)]  # the key opens the first header's name field
-            for suffix, column in suffixes:
-                name, data = raw_key + suffix, column[i]
-                if len(name) > 100 or not name.isascii():
-                    record = _pax_record(b"path", name)
-                    pad = _PADDING[len(record) % BLOCK]
-                    parts += (_header(b"././@PaxHeader", len(record), b"x"), record, pad)
-                    pos += BLOCK + len(record) + len(pad)
-                    name = name[:100]
-                    row[1] = row[2] = PARSE  # a PAX name: the index marks the sample for parsing
-                pad = _PADDING[len(data) % BLOCK]
-                parts += (_header(name, len(data), b"0"), data, pad)
-                row += (pos + BLOCK, pos + BLOCK + len(data))
-                pos += BLOCK + len(data) + len(pad)
-            rows.append(row)
-        self._file.write(b"".join(parts))
-        self._batches.append((tuple(names[j] for j in order), batch_rows(rows, len(order))))
-        self._position = pos
+        raw_keys = [key.encode() for key in keys]
+        suffixes = [f".{names[j]}".encode() for j in order]
+        ordered = [columns[j] for j in order]
+        member_names = [raw_key + suffix for raw_key in raw_keys for suffix in suffixes]  # sample-major
+        values = [column[i] for i in range(len(keys)) for column in ordered]
+        sizes = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+        headers = memoryview(_headers(member_names, sizes))
+        prefixes: list[bytes | memoryview] = [headers[k : k + BLOCK] for k in range(0, len(headers), BLOCK)]
+        prefix_lengths = np.full(len(values), BLOCK, dtype=np.int64)
+        for k, name in enumerate(member_names):
+            if len(name) > 100 or not name.isascii():  # PAX path header first; ustar keeps name[:100]
+                record = _pax_record(b"path", name)
+                pax = _header(b"././@PaxHeader", len(record), b"x") + record + _PADDING[len(record) % BLOCK]
+                prefixes[k] = pax + prefixes[k]
+                prefix_lengths[k] += len(pax)
+        pads = [_PADDING[size % BLOCK] for size in sizes.tolist()]
+        self._file.writelines(chain.from_iterable(zip(prefixes, values, pads, strict=True)))
+
+        # (members,) -> (samples, fields): where each member and its data start
+        lengths = prefix_lengths + sizes + (-sizes % BLOCK)
+        starts = self._position + np.cumsum(lengths) - lengths
+        data_starts = (starts + prefix_lengths).reshape(len(keys), len(order))
+        rows = np.empty((len(keys), 3 + 2 * len(order)), dtype="<u8")
+        rows[:, 0] = starts[:: len(order)]
+        rows[:, 1] = rows[:, 0]  # the key opens the first header's name field
+        rows[:, 2] = rows[:, 0] + np.fromiter(map(len, raw_keys), dtype=np.int64, count=len(keys))
+        rows[:, 3::2] = data_starts
+        rows[:, 4::2] = data_starts + sizes.reshape(len(keys), len(order))
+        pax_samples = (prefix_lengths != BLOCK).reshape(len(keys), len(order)).any(axis=1)
+        rows[pax_samples, 1:3] = PARSE  # a PAX name: the index marks the sample for parsing
+        rows[pax_samples, 3:] = NO_SPAN
+        self._batches.append((tuple(names[j] for j in order), rows))
+        self._position = int(starts[-1] + lengths[-1])
 
     def close(self) -> ShardIndex:
         self._file.write(END_OF_ARCHIVE)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -18,8 +19,8 @@ import numpy as np
 from crc32c import crc32c
 
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats import Fields, Offsets
-from shardpipe.formats.layout import SampleLayout, ShardIndex, Span, batch_rows, cut_samples, plain_rows
+from shardpipe.formats import Column, Fields, Offsets
+from shardpipe.formats.layout import SampleLayout, ShardIndex, Span, cut_samples, plain_rows
 
 KEY_FEATURE = "__key__"
 _HEADER = struct.Struct("<QI")
@@ -29,7 +30,10 @@ _NAMES: dict[bytes, str] = {}  # decoded feature names: every record repeats the
 
 
 def masked_crc(data: bytes | memoryview) -> int:
-    crc = crc32c(data)
+    return _mask(crc32c(data))
+
+
+def _mask(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
@@ -47,10 +51,8 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-@lru_cache(maxsize=4096)
 def _entry_head(name: str, size: int) -> bytes:
-    """A feature map entry up to its value: it depends only on the name and the value's length, so a
-    shard of equal-sized fields builds each once (measured 17.7 -> ~4 us per 1 KiB sample)."""
+    """A feature map entry up to its value: ``{name, Feature{bytes_list{value}}}`` for a value of ``size``."""
     raw_name = name.encode()
     value_len = _varint(size)
     bytes_list = 1 + len(value_len) + size  # BytesList{value}
@@ -195,9 +197,41 @@ def _decode_general(buf: bytes, start: int, end: int) -> Fields:
     return fields
 
 
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    """What a record holds around its key and values, for given names and lengths."""
+
+    prefix: bytes
+    """Record header (length, its CRC) and the Example up to the key's bytes."""
+    prefix_crc: int
+    """CRC32C of the prefix's Example part, to chain the data CRC from."""
+    heads: tuple[bytes, ...]
+    """Each value's feature entry up to the value."""
+    spans: tuple[int, ...]
+    """``(0, key start, key stop, value start, value stop, ...)`` from the record's start."""
+    size: int
+    """The whole record's bytes, both CRCs included."""
+
+
+@lru_cache(maxsize=4096)
+def _frame(names: tuple[str, ...], key_size: int, sizes: tuple[int, ...]) -> _Frame:
+    key_head = _entry_head(KEY_FEATURE, key_size)
+    heads = tuple(_entry_head(name, size) for name, size in zip(names, sizes, strict=True))
+    body = len(key_head) + key_size + sum(map(len, heads)) + sum(sizes)
+    example_head = b"\x0a" + _varint(body)  # Example.features and its length
+    length = _LENGTH.pack(len(example_head) + body)
+    prefix = length + _CRC.pack(masked_crc(length)) + example_head + key_head
+    spans = [0, len(prefix), len(prefix) + key_size]
+    pos = spans[-1]
+    for head, size in zip(heads, sizes, strict=True):
+        spans += (pos + len(head), pos + len(head) + size)
+        pos += len(head) + size
+    return _Frame(prefix, crc32c(prefix[12:]), heads, tuple(spans), pos + 4)
+
+
 class TfrecordWriter:
     def __init__(self, path: Path) -> None:
-        self._file = Path(path).open("wb")  # noqa: SIM115 - the writer owns the file until close()
+        self._file = Path(path).open("wb", buffering=1 << 20)  # noqa: SIM115 - owned until close()
         self._batches: list[tuple[tuple[str, ...], np.ndarray]] = []
         self._position = 0
 
@@ -207,41 +241,37 @@ class TfrecordWriter:
     def write(self, key: str, fields: Mapping[str, bytes]) -> None:
         self.write_batch([key], list(fields), [[data] for data in fields.values()])
 
-    def write_batch(
-        self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Sequence[bytes]]
-    ) -> None:
-        """Append one record per key; features ``__key__`` then ``names`` in sorted order."""
+    def write_batch(self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Column]) -> None:
+        """Append one record per key; features ``__key__`` then ``names`` in sorted order.
+
+        Everything but the key and values depends only on their lengths (:func:`_frame`), so a record
+        costs a cache lookup, the data CRC chained over its pieces (no joined copy) and the writes.
+        """
         if KEY_FEATURE in names:
             raise DataError(f"a field is named {KEY_FEATURE!r}, which holds the key")
         order = sorted(range(len(names)), key=names.__getitem__)
-        named = [(names[j], columns[j]) for j in order]
-        parts: list[bytes] = []
-        rows: list[list[int]] = []
-        pos = self._position
+        ordered_names = tuple(names[j] for j in order)
+        ordered = [columns[j] for j in order]
+        parts: list[bytes | memoryview] = []
+        frames: list[_Frame] = []
         for i, key in enumerate(keys):
             raw_key = key.encode()
-            head = _entry_head(KEY_FEATURE, len(raw_key))
-            pieces = [head, raw_key]
-            row = [pos, 0, len(head)]  # spans relative to the Example until its header is known
-            end = len(head) + len(raw_key)
-            for name, column in named:
-                data = column[i]
-                head = _entry_head(name, len(data))
-                pieces += (head, data)
-                row += (end + len(head), end + len(head) + len(data))
-                end += len(head) + len(data)
-            size = _varint(end)
-            example = b"".join((b"\x0a", size, *pieces))
-            length = _LENGTH.pack(len(example))
-            parts += (length, _CRC.pack(masked_crc(length)), example, _CRC.pack(masked_crc(example)))
-            shift = pos + 12 + 1 + len(size)  # record header, then Example's tag and length
-            row[1], row[2] = shift + row[2], shift + row[2] + len(raw_key)
-            row[3:] = [shift + offset for offset in row[3:]]
-            rows.append(row)
-            pos += 12 + len(example) + 4
-        self._file.write(b"".join(parts))
-        self._batches.append((tuple(name for name, _ in named), batch_rows(rows, len(named))))
-        self._position = pos
+            values = [column[i] for column in ordered]
+            frame = _frame(ordered_names, len(raw_key), tuple(map(len, values)))
+            crc = crc32c(raw_key, frame.prefix_crc)
+            parts += (frame.prefix, raw_key)
+            for head, value in zip(frame.heads, values, strict=True):
+                crc = crc32c(value, crc32c(head, crc))
+                parts += (head, value)
+            parts.append(_CRC.pack(_mask(crc)))
+            frames.append(frame)
+        self._file.writelines(parts)
+        sizes = np.fromiter((frame.size for frame in frames), dtype=np.int64, count=len(frames))
+        starts = self._position + np.cumsum(sizes) - sizes
+        rows = np.array([frame.spans for frame in frames], dtype=np.int64).reshape(len(frames), -1)
+        rows += starts[:, None]
+        self._batches.append((ordered_names, rows.astype("<u8")))
+        self._position += int(sizes.sum())
 
     def close(self) -> ShardIndex:
         self._file.close()
