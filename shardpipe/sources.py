@@ -9,7 +9,7 @@ pack workers.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +63,13 @@ class Scan:
 
 
 Grouped = dict[str, dict[str, tuple[str | bytes, int]]]
-"""key -> field -> (file path or literal bytes, size), as a source is read."""
+"""field -> key -> (file path or literal bytes, size), as a source is read: field-major, because a
+dataset has a few fields and many keys (no dict per sample)."""
+
+ChunkMapper = Callable[..., Iterable[Grouped]]
+"""``map``, or an executor's: applies :func:`_scan_files` to chunks of a tree's files."""
+
+_CHUNK = 4096  # files per scan task: big enough to amortize a task, small enough to spread
 
 
 def split_key(relpath: str) -> tuple[str, str] | None:
@@ -76,22 +82,26 @@ def split_key(relpath: str) -> tuple[str, str] | None:
     return (folder + slash + base, field) if dot and base else None
 
 
-def scan_tree(root: Path, *, labels: str | None = None) -> tuple[Grouped, tuple[str, ...] | None, int]:
-    """Group the files under ``root`` by key; return the groups, class names and ignored-file count."""
-    grouped: Grouped = {}
+def scan_tree(
+    root: Path, *, labels: str | None = None, map_chunks: ChunkMapper = map
+) -> tuple[Grouped, tuple[str, ...] | None, int]:
+    """Group the files under ``root`` by key; return the groups, class names and ignored-file count.
+
+    The walk lists names only; ``map_chunks`` (``map``, or a process pool's ``map``) stats and groups
+    them in chunks: that is most of a scan's time, and a pool spreads it over the pack's workers while
+    this process merges finished chunks with C-level dict updates.
+    """
+    chunks: list[tuple[str, str, list[str]]] = []  # (folder, relative folder, file names)
     ignored = 0
     base = str(root)
     for folder, relfolder, names in _walk_folders(base if base.endswith("/") else base + "/", ""):
-        for name, size in zip(names, _sizes(folder, names), strict=True):
-            stem, dot, field = name.partition(".")  # split_key on a name (never hidden, so stem is set)
-            if not dot:
-                ignored += 1
-                continue
-            key = relfolder + stem
-            sample = grouped.get(key)
-            if sample is None:
-                sample = grouped[key] = {}
-            sample[field] = (folder + name, size)
+        named = [name for name in names if "." in name]  # split_key: no extension, no sample
+        ignored += len(names) - len(named)
+        chunks += ((folder, relfolder, named[i : i + _CHUNK]) for i in range(0, len(named), _CHUNK))
+    grouped: Grouped = {}
+    for chunk in map_chunks(_scan_files, *zip(*chunks, strict=True)) if chunks else ():
+        for field, samples in chunk.items():
+            grouped.setdefault(field, {}).update(samples)
     classes = None
     if labels == "dirname":
         classes = _add_dirname_labels(root, grouped)
@@ -124,33 +134,44 @@ def _walk_folders(prefix: str, relprefix: str) -> Iterator[tuple[str, str, list[
         yield from _walk_folders(f"{prefix}{name}/", f"{relprefix}{name}/")
 
 
-def _sizes(folder: str, names: list[str]) -> list[int]:
-    """Each file's size, by ``stat`` relative to the open folder (cheaper than resolving full paths)."""
+def _scan_files(folder: str, relfolder: str, names: list[str]) -> Grouped:
+    """Stat and group files of one folder, by ``stat`` relative to the open folder (cheaper than
+    resolving full paths); keys are ``relfolder`` + the name up to its first dot (``split_key``)."""
+    grouped: Grouped = {}
+    field, samples = "", {}  # the field seen last: a folder's files mostly share one
     try:
         folder_fd = os.open(folder, os.O_RDONLY)
     except OSError as exc:
         raise DataError(f"cannot read folder {folder}: {exc.strerror}") from exc
     try:
-        return [os.stat(name, dir_fd=folder_fd).st_size for name in names]
+        for name in names:
+            size = os.stat(name, dir_fd=folder_fd).st_size
+            stem, _, name_field = name.partition(".")  # never hidden: the stem is set
+            if name_field != field:
+                field, samples = name_field, grouped.setdefault(name_field, {})
+            samples[relfolder + stem] = (folder + name, size)
     except OSError as exc:
         raise DataError(f"cannot read {folder}{exc.filename}: {exc.strerror}") from exc
     finally:
         os.close(folder_fd)
+    return grouped
 
 
 def _add_dirname_labels(root: Path, grouped: Grouped) -> tuple[str, ...]:
-    top_level = [key for key in grouped if "/" not in key]
+    if "cls" in grouped:
+        raise DataError(
+            f"--labels dirname would overwrite the existing file {next(iter(grouped['cls'].values()))[0]!s}"
+        )
+    keys = {key for samples in grouped.values() for key in samples}
+    top_level = sorted(key for key in keys if "/" not in key)
     if top_level:
         raise DataError(
             f"--labels dirname needs every file inside a class folder, but {root / top_level[0]}.* "
             f"(and {len(top_level) - 1} more) sit at the top level of {root}"
         )
-    classes = tuple(sorted({key.split("/", 1)[0] for key in grouped}))
+    classes = tuple(sorted({key.split("/", 1)[0] for key in keys}))
     class_index = {name: (str(i).encode(), len(str(i))) for i, name in enumerate(classes)}
-    for key, fields in grouped.items():
-        if "cls" in fields:
-            raise DataError(f"--labels dirname would overwrite the existing file {fields['cls'][0]!s}")
-        fields["cls"] = class_index[key.split("/", 1)[0]]
+    grouped["cls"] = {key: class_index[key.split("/", 1)[0]] for key in keys}
     return classes
 
 
@@ -171,20 +192,21 @@ def scan_file_list(list_path: Path, *, literal_fields: Iterable[str] = ()) -> Gr
         raise UsageError(f"--literal names {', '.join(sorted(unknown))}, not columns of {list_path}")
     base = list_path.parent
     grouped: Grouped = {}
+    seen: set[str] = set()
     for row_index, row in enumerate(table.to_pylist()):
         key = row.pop("key")
         if not isinstance(key, str) or not key:
             raise DataError(f"{list_path} row {row_index + 1}: 'key' must be a non-empty string, got {key!r}")
-        if key in grouped:
+        if key in seen:
             raise DataError(f"{list_path}: key {key!r} appears more than once; keys must be unique")
-        fields = grouped[key] = {}
+        seen.add(key)
         for name, value in row.items():
             if value is None:
                 continue
             if isinstance(value, str) and name not in literal:
                 path = str(base / value)
                 try:
-                    fields[name] = (path, os.stat(path).st_size)
+                    cell: tuple[str | bytes, int] = (path, os.stat(path).st_size)
                 except OSError as exc:
                     raise DataError(
                         f"{list_path} row {row_index + 1} ({key}), field {name!r}: cannot read {path}: "
@@ -192,7 +214,8 @@ def scan_file_list(list_path: Path, *, literal_fields: Iterable[str] = ()) -> Gr
                     ) from exc
             else:
                 data = _literal_bytes(value)
-                fields[name] = (data, len(data))
+                cell = (data, len(data))
+            grouped.setdefault(name, {})[key] = cell
     return grouped
 
 
@@ -227,7 +250,12 @@ def _read_table(path: Path) -> Any:
 
 
 def scan_source(
-    src: Path, *, labels: str | None = None, literal_fields: Iterable[str] = (), skip_incomplete: bool = False
+    src: Path,
+    *,
+    labels: str | None = None,
+    literal_fields: Iterable[str] = (),
+    skip_incomplete: bool = False,
+    map_chunks: ChunkMapper = map,
 ) -> Scan:
     """Scan a tree or file list into a table of samples, checking that every sample has the same fields."""
     if not src.exists():
@@ -235,26 +263,28 @@ def scan_source(
     classes = None
     ignored = 0
     if src.is_dir():
-        grouped, classes, ignored = scan_tree(src, labels=labels)
+        grouped, classes, ignored = scan_tree(src, labels=labels, map_chunks=map_chunks)
     else:
         if labels is not None:
             raise UsageError("--labels applies to a directory tree; a file list carries its own label column")
         grouped = scan_file_list(src, literal_fields=literal_fields)
     if not grouped:
         raise DataError(f"source {src} holds no samples (files named <key>.<field>, e.g. 0001.jpg)")
-    fields = tuple(sorted({name for sample in grouped.values() for name in sample}))
-    keys = sorted(key for key, sample in grouped.items() if len(sample) == len(fields))
-    skipped = len(grouped) - len(keys)
+    fields = tuple(sorted(grouped))
+    every_key = set().union(*grouped.values())
+    complete = every_key.intersection(*grouped.values())
+    keys = sorted(complete)
+    skipped = len(every_key) - len(keys)
     if skipped and not skip_incomplete:
-        example = min(key for key, sample in grouped.items() if len(sample) != len(fields))
-        missing = sorted(set(fields) - set(grouped[example]))
+        example = min(every_key - complete)
+        missing = [name for name in fields if example not in grouped[name]]
         raise DataError(
             f"{skipped} sample(s) lack fields the others have, e.g. {example!r} has no "
             f"{', '.join(missing)}; fix the source or pass --skip-incomplete to leave them out"
         )
     if not keys:
         raise DataError(f"no sample in {src} has all fields {', '.join(fields)}")
-    cells = [[grouped[key][name] for key in keys] for name in fields]  # (fields, samples) of (value, size)
+    cells = [[grouped[name][key] for key in keys] for name in fields]  # (fields, samples) of (value, size)
     sizes = np.array([[size for _, size in column] for column in cells], dtype=np.int64).T.reshape(
         len(keys), -1
     )
