@@ -115,7 +115,9 @@ def pack(
     from shardpipe.pack import PackOptions
     from shardpipe.pack import pack as run_pack
     from shardpipe.split import parse_size, parse_split
+    from shardpipe.tuning import keep_freed_memory
 
+    keep_freed_memory()  # this process is a pack: see tuning
     options = PackOptions(
         format=format_name,
         split=parse_split(split_spec),
