@@ -9,8 +9,11 @@ pack workers.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+import stat
+from collections.abc import Iterable
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +69,6 @@ Grouped = dict[str, dict[str, tuple[str | bytes, int]]]
 """field -> key -> (file path or literal bytes, size), as a source is read: field-major, because a
 dataset has a few fields and many keys (no dict per sample)."""
 
-ChunkMapper = Callable[..., Iterable[Grouped]]
-"""``map``, or an executor's: applies :func:`_scan_files` to chunks of a tree's files."""
-
 _CHUNK = 4096  # files per scan task: big enough to amortize a task, small enough to spread
 
 
@@ -83,25 +83,48 @@ def split_key(relpath: str) -> tuple[str, str] | None:
 
 
 def scan_tree(
-    root: Path, *, labels: str | None = None, map_chunks: ChunkMapper = map
+    root: Path, *, labels: str | None = None, pool: Executor | None = None
 ) -> tuple[Grouped, tuple[str, ...] | None, int]:
     """Group the files under ``root`` by key; return the groups, class names and ignored-file count.
 
-    The walk lists names only; ``map_chunks`` (``map``, or a process pool's ``map``) stats and groups
-    them in chunks: that is most of a scan's time, and a pool spreads it over the pack's workers while
-    this process merges finished chunks with C-level dict updates.
+    This process only lists folders (``os.listdir``, no per-entry Python); chunks of names are typed,
+    sized and grouped by :func:`_scan_names`, on ``pool`` when given: the ``stat`` calls are most of a
+    scan, and a pool spreads them over the pack's workers while this process merges finished chunks
+    and lists the subfolders they report. Like ``os.walk``: hidden names are skipped, symlinked folders
+    are not entered, unreadable folders are passed over.
     """
-    chunks: list[tuple[str, str, list[str]]] = []  # (folder, relative folder, file names)
-    ignored = 0
-    base = str(root)
-    for folder, relfolder, names in _walk_folders(base if base.endswith("/") else base + "/", ""):
-        named = [name for name in names if "." in name]  # split_key: no extension, no sample
-        ignored += len(names) - len(named)
-        chunks += ((folder, relfolder, named[i : i + _CHUNK]) for i in range(0, len(named), _CHUNK))
     grouped: Grouped = {}
-    for chunk in map_chunks(_scan_files, *zip(*chunks, strict=True)) if chunks else ():
-        for field, samples in chunk.items():
+    ignored = 0
+    pending: set[Future[ScannedChunk]] = set()
+
+    def merge(scanned: ScannedChunk) -> None:
+        nonlocal ignored
+        chunk_grouped, folder, relfolder, subfolders, chunk_ignored = scanned
+        for field, samples in chunk_grouped.items():
             grouped.setdefault(field, {}).update(samples)
+        ignored += chunk_ignored
+        for name in subfolders:
+            visit(f"{folder}{name}/", f"{relfolder}{name}/")
+
+    def visit(folder: str, relfolder: str) -> None:
+        try:
+            names = [name for name in os.listdir(folder) if name[0] != "."]
+        except OSError:
+            return
+        for i in range(0, len(names), _CHUNK):
+            chunk = (folder, relfolder, names[i : i + _CHUNK])
+            if pool is None:
+                merge(_scan_names(chunk))
+            else:
+                pending.add(pool.submit(_scan_names, chunk))
+
+    base = str(root)
+    visit(base if base.endswith("/") else base + "/", "")
+    while pending:
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for future in done:
+            pending.remove(future)
+            merge(future.result())
     classes = None
     if labels == "dirname":
         classes = _add_dirname_labels(root, grouped)
@@ -110,51 +133,46 @@ def scan_tree(
     return grouped, classes, ignored
 
 
-def _walk_folders(prefix: str, relprefix: str) -> Iterator[tuple[str, str, list[str]]]:
-    """Yield ``(folder path, relative folder path, sorted file names)`` for ``prefix`` and its subfolders.
-
-    A walk by hand with string prefixes (``os.walk`` + ``os.path.relpath`` cost ~40 us per file, several
-    times the syscalls themselves), with ``os.walk``'s selection: hidden names are skipped, symlinked
-    directories are not entered, unreadable directories are passed over.
-    """
-    files, folders = [], []
-    try:
-        with os.scandir(prefix) as it:
-            for entry in it:
-                if entry.name[0] == ".":
-                    continue
-                if not entry.is_dir():
-                    files.append(entry.name)
-                elif not entry.is_symlink():
-                    folders.append(entry.name)
-    except OSError:
-        return
-    yield prefix, relprefix, sorted(files)
-    for name in sorted(folders):
-        yield from _walk_folders(f"{prefix}{name}/", f"{relprefix}{name}/")
+ScannedChunk = tuple[Grouped, str, str, list[str], int]
+"""A scanned chunk of one folder: its groups, the folder and relative folder, subfolders, ignored files."""
 
 
-def _scan_files(folder: str, relfolder: str, names: list[str]) -> Grouped:
-    """Stat and group files of one folder, by ``stat`` relative to the open folder (cheaper than
-    resolving full paths); keys are ``relfolder`` + the name up to its first dot (``split_key``)."""
+def _scan_names(chunk: tuple[str, str, list[str]]) -> ScannedChunk:
+    """Type, size and group names of one folder, by ``stat`` relative to the open folder (cheaper than
+    resolving full paths). A file's key is the relative folder plus its name up to the first dot
+    (``split_key``); a file with no dot is ignored; a symlink counts as what it points to."""
+    folder, relfolder, names = chunk
+    names = sorted(names)  # keys come back in sorted runs, which the final sort merges cheaply
     grouped: Grouped = {}
+    subfolders: list[str] = []
+    ignored = 0
     field, samples = "", {}  # the field seen last: a folder's files mostly share one
     try:
         folder_fd = os.open(folder, os.O_RDONLY)
-    except OSError as exc:
-        raise DataError(f"cannot read folder {folder}: {exc.strerror}") from exc
+    except OSError:
+        return grouped, folder, relfolder, subfolders, ignored  # vanished or unreadable: passed over
     try:
         for name in names:
-            size = os.stat(name, dir_fd=folder_fd).st_size
-            stem, _, name_field = name.partition(".")  # never hidden: the stem is set
+            info = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode):
+                info = os.stat(name, dir_fd=folder_fd)
+                if stat.S_ISDIR(info.st_mode):
+                    continue  # a symlinked folder is not entered
+            elif stat.S_ISDIR(info.st_mode):
+                subfolders.append(name)
+                continue
+            stem, dot, name_field = name.partition(".")  # never hidden: the stem is set
+            if not dot:
+                ignored += 1
+                continue
             if name_field != field:
                 field, samples = name_field, grouped.setdefault(name_field, {})
-            samples[relfolder + stem] = (folder + name, size)
+            samples[relfolder + stem] = (folder + name, info.st_size)
     except OSError as exc:
         raise DataError(f"cannot read {folder}{exc.filename}: {exc.strerror}") from exc
     finally:
         os.close(folder_fd)
-    return grouped
+    return grouped, folder, relfolder, subfolders, ignored
 
 
 def _add_dirname_labels(root: Path, grouped: Grouped) -> tuple[str, ...]:
@@ -255,7 +273,7 @@ def scan_source(
     labels: str | None = None,
     literal_fields: Iterable[str] = (),
     skip_incomplete: bool = False,
-    map_chunks: ChunkMapper = map,
+    pool: Executor | None = None,
 ) -> Scan:
     """Scan a tree or file list into a table of samples, checking that every sample has the same fields."""
     if not src.exists():
@@ -263,7 +281,7 @@ def scan_source(
     classes = None
     ignored = 0
     if src.is_dir():
-        grouped, classes, ignored = scan_tree(src, labels=labels, map_chunks=map_chunks)
+        grouped, classes, ignored = scan_tree(src, labels=labels, pool=pool)
     else:
         if labels is not None:
             raise UsageError("--labels applies to a directory tree; a file list carries its own label column")
@@ -273,7 +291,7 @@ def scan_source(
     fields = tuple(sorted(grouped))
     every_key = set().union(*grouped.values())
     complete = every_key.intersection(*grouped.values())
-    keys = sorted(complete)
+    keys = sorted(key for key in grouped[fields[0]] if key in complete)  # sorted runs: cheap to sort
     skipped = len(every_key) - len(keys)
     if skipped and not skip_incomplete:
         example = min(every_key - complete)
@@ -284,9 +302,10 @@ def scan_source(
         )
     if not keys:
         raise DataError(f"no sample in {src} has all fields {', '.join(fields)}")
-    cells = [[grouped[name][key] for key in keys] for name in fields]  # (fields, samples) of (value, size)
-    sizes = np.array([[size for _, size in column] for column in cells], dtype=np.int64).T.reshape(
-        len(keys), -1
-    )
-    table = SampleTable(keys, fields, [[value for value, _ in column] for column in cells], sizes)
+    columns, sizes = [], np.empty((len(keys), len(fields)), dtype=np.int64)
+    for j, name in enumerate(fields):
+        cells = [grouped[name][keys[0]]] if len(keys) == 1 else itemgetter(*keys)(grouped[name])
+        columns.append(list(map(itemgetter(0), cells)))
+        sizes[:, j] = list(map(itemgetter(1), cells))
+    table = SampleTable(keys, fields, columns, sizes)
     return Scan(table, classes, skipped, ignored)
