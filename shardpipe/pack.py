@@ -144,9 +144,14 @@ def fingerprint(jobs: list[ShardJob], options: PackOptions) -> str:
         ).encode()
     )
     for job in jobs:
-        # repr of lists of str and bytes is unambiguous, and one C call per list
-        digest.update(repr((job.relpath, job.samples.keys, job.samples.fields, job.samples.columns)).encode())
-        digest.update(job.samples.sizes.astype("<i8").tobytes())
+        samples = job.samples
+        digest.update(repr((job.relpath, samples.fields)).encode())
+        for texts in (samples.keys, *samples.columns):
+            try:  # keys and paths hold no NUL: joining is unambiguous, and 3-4x faster than repr
+                digest.update(b"\0" + "\0".join(texts).encode())  # type: ignore[arg-type]
+            except TypeError:  # a column of literal bytes
+                digest.update(b"\1" + repr(texts).encode())
+        digest.update(samples.sizes.astype("<i8").tobytes())
     return digest.hexdigest()[:16]
 
 
