@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -80,6 +81,46 @@ def test_round_trip_and_determinism(name: str, samples: list[Sample], data: st.D
         assert scanned == offsets  # the writer's index is what a scan of the file finds
         assert names == {field for _, fields in samples for field in fields}
         assert sorted(os.listdir(tmp)) == [path.name, again.name]  # no lock or side files
+
+
+@pytest.mark.parametrize("name", FORMATS)
+@settings(max_examples=25, deadline=None)
+@given(
+    keys=st.lists(st.lists(_component, min_size=1, max_size=3).map("/".join), max_size=12, unique=True),
+    names=st.lists(_field, min_size=1, max_size=3, unique=True),
+    data=st.data(),
+)
+def test_one_batch_writes_what_samples_one_by_one_write(
+    name: str, keys: list[str], names: list[str], data: st.DataObject
+) -> None:
+    """The pack stage's path (one ``write_batch`` for many samples) against the per-sample path."""
+    columns = [[data.draw(st.binary(max_size=1500)) for _ in keys] for _ in names]
+    fmt = get_format(name)
+    with tempfile.TemporaryDirectory() as tmp:
+        batched, single = Path(tmp) / f"a{fmt.suffix}", Path(tmp) / f"b{fmt.suffix}"
+        writer = fmt.open_writer(batched)
+        writer.write_batch(keys, names, columns)
+        batched_index = writer.close()
+        single_index = write(fmt, single, [(k, {n: c[i] for n, c in zip(names, columns, strict=True)})
+                                            for i, k in enumerate(keys)])  # fmt: skip
+        assert batched.read_bytes() == single.read_bytes()
+        assert batched_index == single_index
+
+
+def test_tar_headers_for_a_batch_equal_headers_built_one_by_one() -> None:
+    from shardpipe.formats import tar
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.lists(st.tuples(st.binary(min_size=1, max_size=130).map(lambda b: b.replace(b"\0", b"a")),
+                              st.integers(0, 8**11 - 1)), min_size=1, max_size=20))  # fmt: skip
+    def check(members: list[tuple[bytes, int]]) -> None:
+        names, sizes = [name for name, _ in members], np.array([size for _, size in members], dtype=np.int64)
+        reference = b"".join(tar._header(name[:100], size, b"0") for name, size in members)
+        assert tar._headers(names, sizes) == reference
+
+    check()
+    with pytest.raises(DataError, match="ustar shards hold at most"):
+        tar._headers([b"a.bin", b"b.bin"], np.array([1, 8**11], dtype=np.int64))
 
 
 def test_registry_names_each_format() -> None:

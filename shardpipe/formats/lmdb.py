@@ -61,6 +61,8 @@ class LmdbWriter:
         self.write_batch([key], list(fields), [[data] for data in fields.values()])
 
     def write_batch(self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Column]) -> None:
+        if not keys:
+            return
         first = self._num_samples
         records = [b"".join(pieces) for pieces in framing.encode_batch(keys, names, columns)]
         self._pending += zip(map(_INDEX.pack, range(first, first + len(keys))), records, strict=True)

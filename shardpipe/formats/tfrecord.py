@@ -249,6 +249,8 @@ class TfrecordWriter:
         """
         if KEY_FEATURE in names:
             raise DataError(f"a field is named {KEY_FEATURE!r}, which holds the key")
+        if not keys:
+            return
         order = sorted(range(len(names)), key=names.__getitem__)
         ordered_names = tuple(names[j] for j in order)
         ordered = [columns[j] for j in order]
@@ -268,7 +270,7 @@ class TfrecordWriter:
         self._file.writelines(parts)
         sizes = np.fromiter((frame.size for frame in frames), dtype=np.int64, count=len(frames))
         starts = self._position + np.cumsum(sizes) - sizes
-        rows = np.array([frame.spans for frame in frames], dtype=np.int64).reshape(len(frames), -1)
+        rows = np.array([frame.spans for frame in frames], dtype=np.int64)
         rows += starts[:, None]
         self._batches.append((ordered_names, rows.astype("<u8")))
         self._position += int(sizes.sum())
