@@ -4,7 +4,7 @@ Values are :mod:`shardpipe.formats.framing` records, never pickles. Two metadata
 index key: ``__count__`` (ASCII sample count) and ``__shardpipe__`` (framing version). The writer opens the
 file without a lock file (``lock=False``), so renaming the one file publishes the whole shard. It buffers
 records and commits them in chunks with ``append=True``, doubling the map whenever LMDB reports it full, so
-nobody has to guess a map size, and truncates the file to the pages written. Readers open each shard lazily,
+nobody has to guess a map size, and the file only holds the pages written. Readers open each shard lazily,
 read-only, once per process: the cache is keyed by pid, so an environment never crosses a fork.
 """
 
@@ -37,21 +37,11 @@ def _open(path: Path, **options: Any) -> lmdb.Environment:
 
 
 class LmdbWriter:
-    """Buffers framed samples and commits them in chunks under consecutive index keys.
-
-    The environment is opened with ``writemap``: LMDB then writes pages straight into the file's mapping
-    instead of copying them out with ``writev``, which on this kernel copies one 4 KiB page per iovec at
-    ~13x the cost of a plain write (a 1,000 x 64 KiB shard: 0.04-0.24 s depending on the page cache's
-    state, against a steady 0.08 s). A write map grows the file to the map size, so ``close()`` truncates
-    it back to the pages LMDB used.
-    """
+    """Buffers framed samples and commits them in chunks under consecutive index keys."""
 
     def __init__(self, path: Path) -> None:
         Path(path).unlink(missing_ok=True)  # a stale file would be appended to, not replaced
-        self._path = Path(path)
-        self._env = _open(
-            path, map_size=_INITIAL_MAP_SIZE, sync=False, metasync=False, readahead=False, writemap=True
-        )
+        self._env = _open(path, map_size=_INITIAL_MAP_SIZE, sync=False, metasync=False, readahead=False)
         self._pending: list[tuple[bytes, bytes]] = []
         self._pending_bytes = 0
         self._num_samples = 0
@@ -95,9 +85,7 @@ class LmdbWriter:
     def close(self) -> ShardIndex:
         self._pending += [(COUNT_KEY, b"%d" % self._num_samples), (VERSION_KEY, b"%d" % framing.VERSION)]
         self._commit()
-        used = (self._env.info()["last_pgno"] + 1) * self._env.stat()["psize"]
         self._env.close()  # committed pages are in the page cache; the pack stage fsyncs the shard
-        os.truncate(self._path, used)  # no page past last_pgno is ever read
         return ShardIndex.from_batches(self._batches, self._num_samples)
 
 
