@@ -317,7 +317,8 @@ def _load(batch: SampleTable, buffer: memoryview, shard: str) -> list[list[bytes
             if num_read != size:
                 raise DataError(
                     f"{value} changed while packing: scanned {size:,} bytes, read {num_read:,} (field "
-                    f"{batch.fields[j]!r} of sample {batch.keys[i]!r}, for shard {shard}). Rerun the pack"
+                    f"{batch.fields[j]!r} of sample {batch.keys[i]!r}, for shard {shard}). "
+                    "Rerun the pack with --overwrite"
                 )
             column.append(view)
             pos += size
