@@ -47,6 +47,9 @@ def main() -> None:
       shardpipe inspect data/
     The loaders (`import loaders`) read data/manifest.json in DDP training.
     """
+    from shardpipe.tuning import single_threaded_blas
+
+    single_threaded_blas()  # before any command imports numpy
 
 
 @main.command()

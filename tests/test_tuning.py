@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -46,3 +47,29 @@ def test_start_writeback_leaves_content_alone(tmp_path: Path) -> None:
     assert path.read_bytes() == b"x" * 100_000
     with pytest.raises(FileNotFoundError):
         start_writeback(tmp_path / "missing")
+
+
+_CLI_THREADS = """
+import os, sys
+from shardpipe.cli import main
+try:
+    main([*sys.argv[1:], "--quiet"])
+except SystemExit:
+    pass
+import numpy  # imported by the pack above
+print(os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir(f"/proc/{os.getpid()}/task")))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads through /proc")
+def test_cli_keeps_openblas_from_starting_threads(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_text("x")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    args = [sys.executable, "-c", _CLI_THREADS, "pack", str(tmp_path / "src"), str(tmp_path / "out")]
+    out = subprocess.run([*args, "--format", "tar"], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split()[-2:] == ["1", "1"]  # the variable is set, and the process has one thread
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    out = subprocess.run([*args[:-1], str(tmp_path / "out2"), "--format", "tar"], capture_output=True,
+                         text=True, env=env, check=True)  # fmt: skip
+    assert out.stdout.split()[-2] == "2"  # a value the user set wins
