@@ -8,6 +8,7 @@ The same input and options give byte-identical shards and manifest, whatever the
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, sha256_file,
 from shardpipe.progress import Progress
 from shardpipe.sources import SampleTable, scan_source
 from shardpipe.split import SPLIT_METHOD, assign_splits, cut_runs, cut_shards
-from shardpipe.tuning import keep_freed_memory, start_writeback
+from shardpipe.tuning import keep_freed_memory, pausing_gc, start_writeback
 
 JOURNAL_NAME = ".shardpipe-journal.jsonl"
 _BATCH_BYTES = 1 << 24
@@ -72,10 +73,16 @@ class PackResult:
 
 def pack(src: Path, out: Path, options: PackOptions, *, quiet: bool = False) -> PackResult:
     """Pack ``src`` into ``out``; with several workers, one process pool stats the files, then writes."""
-    if options.workers == 1:
-        return _pack(src, out, options, quiet, None)
-    with ProcessPoolExecutor(max_workers=options.workers, initializer=keep_freed_memory) as pool:
-        return _pack(src, out, options, quiet, pool)
+    with pausing_gc():
+        if options.workers == 1:
+            return _pack(src, out, options, quiet, None)
+        with ProcessPoolExecutor(max_workers=options.workers, initializer=_init_worker) as pool:
+            return _pack(src, out, options, quiet, pool)
+
+
+def _init_worker() -> None:
+    keep_freed_memory()
+    gc.disable()  # a pack worker's objects hold no cycles: see pausing_gc
 
 
 def _pack(

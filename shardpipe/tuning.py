@@ -7,7 +7,10 @@ is missing (another libc, another OS) nothing changes but speed.
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -33,6 +36,23 @@ def single_threaded_blas() -> None:
     the user set wins.
     """
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+@contextmanager
+def pausing_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector for the enclosed work, then restore it.
+
+    A scan builds hundreds of thousands of small objects (keys, paths, tuples) that form no cycles, and
+    each allocation burst makes the collector walk all of them again: perf put ~4% of a 60k-file pack's
+    CPU in gc_collect_main and its visitors. Reference counting still frees everything as usual.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def keep_freed_memory() -> None:

@@ -73,3 +73,22 @@ def test_cli_keeps_openblas_from_starting_threads(tmp_path: Path) -> None:
     out = subprocess.run([*args[:-1], str(tmp_path / "out2"), "--format", "tar"], capture_output=True,
                          text=True, env=env, check=True)  # fmt: skip
     assert out.stdout.split()[-2] == "2"  # a value the user set wins
+
+
+def test_pausing_gc_restores_the_collector_as_it_found_it() -> None:
+    import gc
+
+    from shardpipe.tuning import pausing_gc
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), pausing_gc():
+        assert not gc.isenabled()
+        raise RuntimeError("the pack failed")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with pausing_gc():
+            pass
+        assert not gc.isenabled()  # a caller who had it off keeps it off
+    finally:
+        gc.enable()
