@@ -25,6 +25,11 @@ Offsets: TypeAlias = "ShardIndex | Sequence[int] | np.ndarray"
 Fields = dict[str, bytes]
 """A sample's named fields: field name (the file extension, e.g. ``jpg``) -> raw bytes."""
 
+WRITE_BUFFER = 1 << 18
+"""Writers' file buffer: on the VM measured here (Linux 6.18), write() calls of 1 MiB and more copied
+into the page cache up to ~10x slower than 256 KiB ones (64 MB: 0.02-0.16 s at 1 MiB, 0.2 s at 4 MiB,
+0.018 s at 256 KiB), so buffered writes stay at this size."""
+
 Column = Sequence[bytes | memoryview]
 """One field's values for a batch of samples; a writer must not keep a ``memoryview`` past the call."""
 

@@ -19,7 +19,7 @@ from typing import cast
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats import Column, Fields, Offsets
+from shardpipe.formats import WRITE_BUFFER, Column, Fields, Offsets
 from shardpipe.formats.layout import (
     NO_SPAN,
     PARSE,
@@ -34,7 +34,6 @@ BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 _MAX_USTAR_SIZE = 8**11
 _READ_CHUNK = 1 << 23
-_WRITE_BUFFER = 1 << 20
 # name, size, typeflag: with the ustar prefix, the only header fields a reader of sample shards needs.
 _HEADER = struct.Struct("100s24x12s20xc")
 _REGULAR = {b"0", b"\0", b"7"}
@@ -131,7 +130,7 @@ class TarWriter:
     """Appends samples to one shard; ``close()`` returns the shard's index."""
 
     def __init__(self, path: Path) -> None:
-        self._file = Path(path).open("wb", buffering=_WRITE_BUFFER)  # noqa: SIM115 - owned until close()
+        self._file = Path(path).open("wb", buffering=WRITE_BUFFER)  # noqa: SIM115 - owned until close()
         self._batches: list[tuple[tuple[str, ...], np.ndarray]] = []
         self._position = 0
 

@@ -19,7 +19,7 @@ import numpy as np
 from crc32c import crc32c
 
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats import Column, Fields, Offsets
+from shardpipe.formats import WRITE_BUFFER, Column, Fields, Offsets
 from shardpipe.formats.layout import SampleLayout, ShardIndex, Span, cut_samples, plain_rows
 
 KEY_FEATURE = "__key__"
@@ -231,7 +231,7 @@ def _frame(names: tuple[str, ...], key_size: int, sizes: tuple[int, ...]) -> _Fr
 
 class TfrecordWriter:
     def __init__(self, path: Path) -> None:
-        self._file = Path(path).open("wb", buffering=1 << 20)  # noqa: SIM115 - owned until close()
+        self._file = Path(path).open("wb", buffering=WRITE_BUFFER)  # noqa: SIM115 - owned until close()
         self._batches: list[tuple[tuple[str, ...], np.ndarray]] = []
         self._position = 0
 
