@@ -4,7 +4,8 @@ Issue 2 ("Speed") sets two targets, as ratios measured in one run on the same fi
 for 1 KiB and for 64 KiB samples: every format at least 0.4x the throughput of ``tar cf``, and shardpipe's
 tar at least 5x ``ShardWriter``. Ratios from one interleaved run are what this noisy shared machine can
 compare honestly: every contender runs once per round, the order rotates between rounds, and the median
-of ``--repeats`` rounds is reported with its min-max.
+of ``--repeats`` rounds is reported with its min-max. Targets are judged on the median of per-round
+ratios (:func:`paired_ratio`), which cancels the machine's drift between rounds.
 
 * The trees (one ``.bin`` file per sample in ten class folders, seeded random bytes) are built once and
   reused by fingerprint from ``bench-results/pack-cache/`` (git-ignored).
