@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from bench.pack_bench import FORMATS, SHARDWRITER, TAR, TAR_FSYNC
+from bench.pack_bench import FORMATS, SHARDWRITER, SHARDWRITER_SCRIPT, TAR, TAR_FSYNC
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTENDERS = {
     TAR,
     TAR_FSYNC,
     SHARDWRITER,
+    SHARDWRITER_SCRIPT,
     *(f"shardpipe {f}" for f in FORMATS),
     *(f"shardpipe {f} (in-process)" for f in FORMATS),
 }
@@ -64,12 +65,23 @@ def test_numbers_are_consistent(run: tuple[dict[str, Any], str, Path]) -> None:
 
 def test_targets_follow_the_paired_times(run: tuple[dict[str, Any], str, Path]) -> None:
     report = run[0]
-    assert len(report["targets"]) == 2 * (len(FORMATS) + 1)
+    assert len(report["targets"]) == 2 * (len(FORMATS) + 2)
     seconds = {(r["profile"], r["contender"]): r["seconds"][0] for r in report["results"]}
+    rate = report["hashing"]["sha256_bytes_per_s"]
+    assert rate > 0 and report["hashing"]["cores"] == report["parameters"]["workers"]
+    pairs = {SHARDWRITER_SCRIPT: "shardpipe tar", SHARDWRITER: "shardpipe tar (in-process)"}
     for t in report["targets"]:
         p = t["profile"]
-        if "ShardWriter" in t["target"]:
-            expected = seconds[p, SHARDWRITER] / seconds[p, "shardpipe tar"]
+        peer = next((name for name in pairs if t["target"].endswith(name)), None)
+        if peer is not None:
+            assert t["target"].startswith(f"{pairs[peer]} >= ")
+            expected = seconds[p, peer] / seconds[p, pairs[peer]]
+            payload = (
+                report["parameters"]["profiles"][p]["num_samples"]
+                * (report["parameters"]["profiles"][p]["sample_bytes"])
+            )
+            hash_seconds = payload / (rate * report["hashing"]["cores"])
+            assert t["ceiling"] == pytest.approx(seconds[p, peer] / hash_seconds)
         else:
             fmt = t["target"].split()[1]
             expected = seconds[p, TAR] / seconds[p, f"shardpipe {fmt}"]
