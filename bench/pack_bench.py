@@ -21,8 +21,8 @@ like: processes against processes, in-process code against in-process code (:fun
   and the import of webdataset included, as a user runs it (the peer of the CLI rows); and in-process,
   import excluded (the peer of ``pack()``). Both walk the tree, read each file and write it, with
   ``maxcount`` equal to shardpipe's ``--max-samples``.
-* sha256 is timed on one core in the same run: hashing the payload for the manifest is work no packer
-  that checksums its shards can skip, so it caps how far shardpipe can beat ShardWriter (the ceiling).
+* sha256 and the CLI's start-up are timed in the same run: with ``tar cf``'s CPU time they give each
+  ShardWriter target a ceiling, how far shardpipe could beat ShardWriter at best (:func:`targets`).
 
 ``python -m bench.pack_bench [--quick] [--out DIR]`` writes ``DIR/report.json`` and ``DIR/report.md``.
 """
@@ -263,31 +263,62 @@ def paired_ratio(baseline_seconds: list[float], seconds: list[float]) -> float:
     return median(base / own for base, own in zip(baseline_seconds, seconds, strict=True))
 
 
-def targets(rows: list[dict[str, Any]], hash_seconds: dict[str, float]) -> list[dict[str, Any]]:
+def targets(rows: list[dict[str, Any]], costs: dict[str, float]) -> list[dict[str, Any]]:
     """The issue's targets per profile, judged by paired ratios of like with like.
 
     Formats against ``tar cf``: the CLI rows (start-up included, as ``tar cf``'s is). Against ShardWriter,
     two pairs: the CLI against ShardWriter as a script (both processes, as a user runs them), and the
-    in-process ``pack()`` against the in-process ShardWriter loop (imports excluded on both sides). Each
-    ShardWriter pair also gets its ceiling: the ratio at which shardpipe would take no longer than
-    hashing the payload for the manifest's sha256 on ``--workers`` cores (``hash_seconds``), before any
-    byte is read or written.
+    in-process ``pack()`` against the in-process ShardWriter loop (imports excluded on both sides).
+
+    Each ShardWriter pair gets two ceilings, the ShardWriter time over a floor for shardpipe's time:
+    ``ceiling`` takes only hashing the payload for the manifest's sha256, spread over ``cores``, which no
+    checksumming packer can skip (a hard bound); ``ceiling_estimate`` adds reading and writing the bytes
+    at ``tar cf``'s own CPU cost, also spread over ``cores``, and for the CLI its start-up (``costs``).
     """
     found = []
+    cores, rate = costs["cores"], costs["sha256_bytes_per_s"]
     for profile in dict.fromkeys(r["profile"] for r in rows):
         times = {r["contender"]: r["seconds"] for r in rows if r["profile"] == profile}
+        tar_row = next(r for r in rows if r["profile"] == profile and r["contender"] == TAR)
+        hash_s = tar_row["payload_bytes"] / rate
         for fmt in FORMATS:
             value = paired_ratio(times[TAR], times[f"shardpipe {fmt}"])
             found.append(
                 _target(profile, f"shardpipe {fmt} >= {FORMAT_TARGET}x tar cf", value, FORMAT_TARGET)
             )
-        pairs = (("shardpipe tar", SHARDWRITER_SCRIPT), ("shardpipe tar (in-process)", SHARDWRITER))
-        for ours, peer in pairs:
+        pairs = (
+            ("shardpipe tar", SHARDWRITER_SCRIPT, costs["cli_startup_s"]),
+            ("shardpipe tar (in-process)", SHARDWRITER, 0.0),
+        )
+        for ours, peer, startup in pairs:
             name = f"{ours} >= {SHARDWRITER_TARGET:g}x {peer}"
             target = _target(profile, name, paired_ratio(times[peer], times[ours]), SHARDWRITER_TARGET)
-            target["ceiling"] = median(times[peer]) / hash_seconds[profile]
+            target["ceiling"] = median(times[peer]) / (hash_s / cores)
+            floor = (hash_s + tar_row["cpu_s"]) / cores + startup
+            target["ceiling_estimate"] = median(times[peer]) / floor
             found.append(target)
     return found
+
+
+def cli_startup(workers: int, work: Path, repeats: int = 5) -> float:
+    """Median wall time of ``shardpipe pack`` on a 3-file tree: the CLI's fixed cost (interpreter, imports,
+    worker pool, manifest), which a large pack pays once on top of its work."""
+    tree = work / "startup-tree" / "class00"
+    tree.mkdir(parents=True, exist_ok=True)
+    for i in range(3):
+        (tree / f"{i:08d}.bin").write_bytes(b"x")
+    run = _cli("tar", workers, 3)
+    seconds = []
+    for _ in range(repeats):
+        out = work / "startup-out"
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        start = time.perf_counter()
+        run(tree.parent, out)
+        seconds.append(time.perf_counter() - start)
+    shutil.rmtree(work / "startup-tree")
+    shutil.rmtree(work / "startup-out")
+    return median(seconds)
 
 
 def _target(profile: str, name: str, value: float, threshold: float) -> dict[str, Any]:
@@ -338,19 +369,25 @@ def render(report: dict[str, Any]) -> str:
             f"| {r['mb_per_s']:,.1f} | {r['ratio_to_tar']:.2f} | {r['paired_ratio_to_tar']:.2f} "
             f"| {r['median_s']:.3f} ({r['min_s']:.3f}-{r['max_s']:.3f}) | {r['cpu_s']:.2f} |"
         )
-    lines += ["", "| profile | target | measured | | ceiling |", "|---|---|---:|---|---:|"]
-    for t in report["targets"]:
-        ceiling = f"{t['ceiling']:.1f}x" if "ceiling" in t else ""
-        lines.append(
-            f"| {t['profile']} | {t['target']} | {t['value']:.2f}x | {'met' if t['met'] else 'MISSED'} "
-            f"| {ceiling} |"
-        )
-    rate = report["hashing"]["sha256_bytes_per_s"]
     lines += [
         "",
-        f"Ceiling: the ShardWriter row's median time over the time sha256 alone needs for the payload at "
-        f"{rate / 1e9:.2f} GB/s per core on {p['workers']} cores (measured in this run): shardpipe cannot "
-        "beat ShardWriter by more, whatever it does about reading and writing.",
+        "| profile | target | measured | | ceiling | estimated ceiling |",
+        "|---|---|---:|---|---:|---:|",
+    ]
+    for t in report["targets"]:
+        ceilings = f"{t['ceiling']:.1f}x | {t['ceiling_estimate']:.1f}x" if "ceiling" in t else " | "
+        lines.append(
+            f"| {t['profile']} | {t['target']} | {t['value']:.2f}x | {'met' if t['met'] else 'MISSED'} "
+            f"| {ceilings} |"
+        )
+    costs = report["costs"]
+    lines += [
+        "",
+        "Ceilings (measured in this run) are the ShardWriter row's median time over a floor for shardpipe's: "
+        f"'ceiling' counts only sha256 of the payload ({costs['sha256_bytes_per_s'] / 1e9:.2f} GB/s per "
+        f"core) on {costs['cores']:g} cores, a hard bound; 'estimated' adds reading and writing the bytes "
+        "at tar cf's own CPU time, on the same cores, and for the CLI its start-up "
+        f"({costs['cli_startup_s']:.3f} s: a 3-file pack).",
     ]
     lines += ["", "Profiles:"]
     for name, prof in p["profiles"].items():
@@ -407,9 +444,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{profile.name}: {profile.num_samples:,} x {profile.sample_bytes:,} B, {args.repeats} round(s)"
         )
         rows += time_profile(profile, tree, work, entries, args.repeats, log=not args.quick)
+    costs = {
+        "sha256_bytes_per_s": sha256_rate(),
+        "cores": float(args.workers),
+        "cli_startup_s": cli_startup(args.workers, work),
+    }
     shutil.rmtree(work, ignore_errors=True)
-    rate = sha256_rate()
-    hash_seconds = {p.name: p.payload_bytes / (rate * args.workers) for p in profiles}
 
     report = {
         "benchmark": "shardpipe pack",
@@ -417,8 +457,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": hardware(),
         "versions": {**versions(), "tar": tar_version()},
         "results": rows,
-        "hashing": {"sha256_bytes_per_s": rate, "cores": args.workers},
-        "targets": targets(rows, hash_seconds) if not args.only else [],
+        "costs": costs,
+        "targets": targets(rows, costs) if not args.only else [],
         "elapsed_s": time.perf_counter() - started,
     }
     args.out.mkdir(parents=True, exist_ok=True)

@@ -67,21 +67,23 @@ def test_targets_follow_the_paired_times(run: tuple[dict[str, Any], str, Path]) 
     report = run[0]
     assert len(report["targets"]) == 2 * (len(FORMATS) + 2)
     seconds = {(r["profile"], r["contender"]): r["seconds"][0] for r in report["results"]}
-    rate = report["hashing"]["sha256_bytes_per_s"]
-    assert rate > 0 and report["hashing"]["cores"] == report["parameters"]["workers"]
-    pairs = {SHARDWRITER_SCRIPT: "shardpipe tar", SHARDWRITER: "shardpipe tar (in-process)"}
+    rows = {(r["profile"], r["contender"]): r for r in report["results"]}
+    costs = report["costs"]
+    assert costs["sha256_bytes_per_s"] > 0 and costs["cli_startup_s"] > 0
+    assert costs["cores"] == report["parameters"]["workers"]
+    pairs = {SHARDWRITER_SCRIPT: ("shardpipe tar", True), SHARDWRITER: ("shardpipe tar (in-process)", False)}
     for t in report["targets"]:
         p = t["profile"]
         peer = next((name for name in pairs if t["target"].endswith(name)), None)
         if peer is not None:
-            assert t["target"].startswith(f"{pairs[peer]} >= ")
-            expected = seconds[p, peer] / seconds[p, pairs[peer]]
-            payload = (
-                report["parameters"]["profiles"][p]["num_samples"]
-                * (report["parameters"]["profiles"][p]["sample_bytes"])
-            )
-            hash_seconds = payload / (rate * report["hashing"]["cores"])
-            assert t["ceiling"] == pytest.approx(seconds[p, peer] / hash_seconds)
+            ours, cli = pairs[peer]
+            assert t["target"].startswith(f"{ours} >= ")
+            expected = seconds[p, peer] / seconds[p, ours]
+            hash_s = rows[p, TAR]["payload_bytes"] / costs["sha256_bytes_per_s"]
+            assert t["ceiling"] == pytest.approx(seconds[p, peer] * costs["cores"] / hash_s)
+            floor = (hash_s + rows[p, TAR]["cpu_s"]) / costs["cores"] + (costs["cli_startup_s"] if cli else 0)
+            assert t["ceiling_estimate"] == pytest.approx(seconds[p, peer] / floor)
+            assert t["ceiling_estimate"] < t["ceiling"]
         else:
             fmt = t["target"].split()[1]
             expected = seconds[p, TAR] / seconds[p, f"shardpipe {fmt}"]
