@@ -28,7 +28,10 @@ from shardpipe.split import SPLIT_METHOD, assign_splits, cut_runs, cut_shards
 from shardpipe.tuning import keep_freed_memory, pausing_gc, start_writeback
 
 JOURNAL_NAME = ".shardpipe-journal.jsonl"
-_BATCH_BYTES = 1 << 24
+_BATCH_BYTES = 1 << 20
+"""File contents per writer batch: small enough to stay in the CPU cache between the read and the write
+(and, for LMDB, its copy into pages). Against 16 MiB batches, in interleaved pairs, ``pack()`` took 0.92-0.96x
+the time on 8,000 64 KiB files in every format and 0.95x on 60,000 1 KiB files."""
 
 
 @dataclass(frozen=True, slots=True)

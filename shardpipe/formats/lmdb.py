@@ -29,10 +29,10 @@ VERSION_KEY = b"__shardpipe__"
 _INDEX = struct.Struct(">Q")
 _INITIAL_MAP_SIZE = 1 << 24
 _CHUNK_BYTES = 1 << 20
-"""Records per transaction, in bytes. Small enough that a record is still in the CPU cache when LMDB copies
-it into its page and that page when the commit writes it: with 32 MiB chunks, writing a 1,000 x 64 KiB shard
-took 27-42 ms, with 1-4 MiB 17-21 ms; ``pack()`` of 8,000 such files (10 interleaved pairs) went from 0.46 to
-0.37 s, and 60,000 1 KiB files stayed level (0.98x)."""
+"""Bytes of records that trigger a commit. Small, so that with the pack stage's 1 MiB batches a record is
+still in the CPU cache when LMDB copies it into its page and that page when the commit writes it: with
+32 MiB chunks, ``pack()`` of 8,000 64 KiB files took 0.46 s, with 1 MiB 0.37 s (10 interleaved pairs);
+60,000 1 KiB files stayed level (0.98x)."""
 _MAX_OPEN = 64  # environments kept open per process: each holds a file descriptor and a mapping
 
 
@@ -55,15 +55,8 @@ class LmdbWriter:
         self.write_batch([key], list(fields), [[data] for data in fields.values()])
 
     def write_batch(self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Column]) -> None:
-        """Frame and commit the batch in slices of about ``_CHUNK_BYTES`` (sized by its first sample), so
-        LMDB copies each record while it is still in the CPU cache and writes its pages while they are."""
         if not keys:
             return
-        step = max(1, _CHUNK_BYTES // max(1, sum(len(column[0]) for column in columns)))
-        for lo in range(0, len(keys), step):
-            self._append(keys[lo : lo + step], names, [column[lo : lo + step] for column in columns])
-
-    def _append(self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Column]) -> None:
         first = self._num_samples
         records = [b"".join(pieces) for pieces in framing.encode_batch(keys, names, columns)]
         self._pending += zip(map(_INDEX.pack, range(first, first + len(keys))), records, strict=True)
