@@ -26,9 +26,10 @@ Fields = dict[str, bytes]
 """A sample's named fields: field name (the file extension, e.g. ``jpg``) -> raw bytes."""
 
 WRITE_BUFFER = 1 << 18
-"""Writers' file buffer: on the VM measured here (Linux 6.18), write() calls of 1 MiB and more copied
-into the page cache up to ~10x slower than 256 KiB ones (64 MB: 0.02-0.16 s at 1 MiB, 0.2 s at 4 MiB,
-0.018 s at 256 KiB), so buffered writes stay at this size."""
+"""Writers' file buffer. An earlier VM showed write() calls of 1 MiB and more copying into the page cache
+up to ~10x slower than 256 KiB ones; on a later one, with ``os.sync()`` between runs in shuffled order,
+64 MB took a median 12.0-12.8 ms at every size from 256 KiB to 16 MiB, so the slow cases were write-back
+pressure, not the call size. 256 KiB stays: an A/B against 1 MiB was neutral in the pack."""
 
 Column = Sequence[bytes | memoryview]
 """One field's values for a batch of samples; a writer must not keep a ``memoryview`` past the call."""
