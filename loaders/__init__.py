@@ -2,10 +2,11 @@
 
 from loaders.collate import Batch, RaggedBytes, collate_samples
 from loaders.dataset import ShardedDataset
+from loaders.elastic import Segment, remaining_runs
 from loaders.loader import ShardedLoader, make_loader
 from loaders.metrics import DistributedMetrics
 from loaders.monitor import EpochStats, InputMonitor
-from loaders.planner import PlanConfig, Span, plan_epoch
+from loaders.planner import PlanConfig, Span, Window, plan_epoch, plan_windows
 from loaders.sync import (
     RankTimeoutError,
     StepCountMismatchError,
@@ -22,14 +23,18 @@ __all__ = [
     "PlanConfig",
     "RaggedBytes",
     "RankTimeoutError",
+    "Segment",
     "ShardedDataset",
     "ShardedLoader",
     "Span",
     "StepCountMismatchError",
+    "Window",
     "collate_samples",
     "epoch_barrier",
     "guarded",
     "make_loader",
     "plan_epoch",
+    "plan_windows",
+    "remaining_runs",
     "validate_dataloader_sync",
 ]

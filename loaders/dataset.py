@@ -1,39 +1,77 @@
 """``ShardedDataset``: a rank-aware, worker-aware, epoch-reseeded IterableDataset over packed shards.
 
-Each (rank, worker) reads the spans ``loaders.planner.plan_epoch`` gives it, so every rank yields exactly
-``len(dataset)`` samples and the order depends only on (manifest, world size, workers, seed, epoch).
-Shuffling = the planner's per-epoch span permutation + a window shuffle in the worker: consecutive windows
-of ``shuffle_buffer`` samples are read (contiguous I/O) and permuted by a generator seeded from
-(seed, epoch, rank, worker, window). At most one window of samples is held in memory per worker, and a
-resumed run can skip exactly k samples without reading them.
+Each (rank, worker) reads the windows ``loaders.planner.plan_windows`` gives it, so every rank yields
+exactly ``len(dataset)`` samples and the order depends only on (manifest, world size, workers, seed,
+epoch). A window is read span by span, then yielded in its seeded permutation: one window of samples is
+held per worker. A resumed pass skips the samples consumed before the save without reading them.
 
-The epoch lives in a shared-memory tensor created with the dataset, so ``set_epoch`` reaches DataLoader
-workers whether they are persistent or not, under fork and spawn.
+The epoch and the resume point live in ``loaders.position.Position`` (shared memory), so ``set_epoch``
+reaches DataLoader workers whether they are persistent or not, under fork and spawn.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, cast
 
-import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
 from loaders.decode import Decoder, resolve_decoders
-from loaders.planner import PlanConfig, Span, plan_epoch, samples_per_rank, worker_sample_counts
+from loaders.elastic import Segment, consumed_count, remaining_runs
+from loaders.planner import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_SHUFFLE_BUFFER,
+    PlanConfig,
+    Remainder,
+    Runs,
+    Span,
+    Window,
+    epoch_runs,
+    num_samples,
+    plan_windows,
+    samples_per_rank,
+    worker_sample_counts,
+)
+from loaders.position import Position
 from loaders.world import get_worker, get_world
 from shardpipe.errors import DataError
 from shardpipe.formats import get_format
 from shardpipe.formats.layout import ShardIndex
-from shardpipe.manifest import load_manifest, manifest_path
+from shardpipe.manifest import Manifest, load_manifest, manifest_path
 
 log = logging.getLogger("loaders")
 
 MAX_WORKERS = 256  # slots in the shared error counter
+MAX_OPEN_SHARDS = 64  # open shard readers per process: each holds a file descriptor or a mapping
 Sample = dict[str, Any]
+OnError = Literal["raise", "skip"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """How a split is read; everything here but ``on_error`` and ``check`` shapes the order."""
+
+    split: str = "train"
+    shuffle: bool = True
+    seed: int = 0
+    remainder: Remainder = "pad"
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
+    block_size: int = DEFAULT_BLOCK_SIZE
+    batch_size: int = 1
+    on_error: OnError = "raise"
+
+    def __post_init__(self) -> None:
+        if self.on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        PlanConfig(1, 0, self.seed, self.shuffle, self.remainder, self.batch_size, self.block_size,
+                   self.shuffle_buffer)  # fmt: skip  # validates every planning field now, not in a worker
 
 
 class ShardedDataset(IterableDataset[Sample]):
@@ -50,45 +88,55 @@ class ShardedDataset(IterableDataset[Sample]):
         *,
         shuffle: bool = True,
         seed: int = 0,
-        remainder: Literal["pad", "drop"] = "pad",
-        shuffle_buffer: int = 1024,
-        block_size: int = 256,
+        remainder: Remainder = "pad",
+        shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         decode: str | Mapping[str, str | Decoder] | None = None,
         transform: Callable[[Sample], Any] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
-        on_error: Literal["raise", "skip"] = "raise",
-        batch_size: int = 1,
+        on_error: OnError = "raise",
     ) -> None:
-        """``batch_size`` only aligns the split across workers to whole batches (``make_loader`` sets it)."""
         super().__init__()
-        self.manifest = load_manifest(path)
+        self.manifest: Manifest = load_manifest(path)
         self.root = manifest_path(path).parent
-        self.split = split
+        self.options = ReadOptions(split, shuffle, seed, remainder, shuffle_buffer, block_size, 1, on_error)
         self.shards = self.manifest.split_shards(split)
         self.shard_sizes = [s.num_samples for s in self.shards]
         self.format = get_format(self.manifest.format)
         self.rank, self.world_size = get_world(rank, world_size)
-        if shuffle_buffer < 1:
-            raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer}")
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        self.shuffle, self.seed, self.remainder = shuffle, seed, remainder
-        self.shuffle_buffer, self.block_size, self.batch_size = shuffle_buffer, block_size, batch_size
         self.decoders = resolve_decoders(decode, self.manifest.fields)
         self.transform = transform
-        self.on_error = on_error
-        self.plan_config(1)  # validate seed, remainder, sizes now rather than in a worker
-        # Shared memory: written by the main process, read (and, for errors, written) by workers.
-        self._epoch = torch.zeros(2, dtype=torch.int64).share_memory_()  # [epoch, set_epoch calls]
-        self._skip_batches = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.position = Position()
         self._errors = torch.zeros(MAX_WORKERS, dtype=torch.int64).share_memory_()
-        self._indexes: dict[int, ShardIndex] = {}
+        self._readers = _Readers(self)
+
+    def configured(self, **changes: Any) -> ShardedDataset:
+        """A dataset over the same data and ``position`` with some ``ReadOptions`` changed (``make_loader``
+        aligns ``batch_size`` this way); ``set_epoch`` on either reaches both."""
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other.options = replace(self.options, **changes)
+        other._readers = _Readers(other)
+        return other
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_readers"] = None  # open files and environments never cross into a worker
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._readers = _Readers(self)
 
     # ---- epochs and sizes ---------------------------------------------------------------------------------
     @property
     def epoch(self) -> int:
-        return int(self._epoch[0])
+        return self.position.epoch
+
+    @property
+    def shuffle(self) -> bool:
+        return self.options.shuffle
 
     def set_epoch(self, epoch: int) -> None:
         """Reseed for ``epoch``; takes effect at the next ``iter()`` in every worker.
@@ -96,84 +144,85 @@ class ShardedDataset(IterableDataset[Sample]):
         Moving to another epoch drops a pending resume point; setting the resumed epoch again keeps it,
         so the usual ``load_state_dict(state)`` then ``set_epoch(state["epoch"])`` resumes mid-epoch.
         """
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
-        if epoch != self.epoch:
-            self._skip_batches[0] = 0
-        self._epoch[0] = epoch
-        self._epoch[1] += 1
-
-    @property
-    def epoch_sets(self) -> int:
-        """How many times ``set_epoch`` was called: lets a loader see a pass begin without one."""
-        return int(self._epoch[1])
+        self.position.set_epoch(epoch)
 
     def plan_config(self, num_workers: int) -> PlanConfig:
-        return PlanConfig(
-            world_size=self.world_size,
-            num_workers=num_workers,
-            seed=self.seed,
-            shuffle=self.shuffle,
-            remainder=self.remainder,
-            batch_size=self.batch_size,
-            block_size=self.block_size,
-        )
+        o = self.options
+        return PlanConfig(self.world_size, num_workers, o.seed, o.shuffle, o.remainder, o.batch_size,
+                          o.block_size, o.shuffle_buffer)  # fmt: skip
 
     def __len__(self) -> int:
-        """Samples this rank yields per epoch (the same on every rank)."""
-        return samples_per_rank(sum(self.shard_sizes), self.world_size, self.remainder)
+        """Samples this rank yields in a full epoch (the same on every rank)."""
+        return samples_per_rank(sum(self.shard_sizes), self.world_size, self.options.remainder)
 
     def num_batches(self, batch_size: int, num_workers: int) -> int:
-        """Exact batches per epoch on every rank of a DataLoader with this batch size and worker count."""
-        counts = worker_sample_counts(len(self), num_workers, self.batch_size)
+        """Batches every rank's DataLoader yields in the next pass (a resumed pass counts those already
+        consumed): the same on every rank."""
+        history, _ = self.position.resume_point()
+        total = num_samples(self._runs(self.epoch, history)) if history else sum(self.shard_sizes)
+        per_rank = samples_per_rank(total, self.world_size, self.options.remainder)
+        counts = worker_sample_counts(per_rank, num_workers, self.options.batch_size)
         return sum(-(-n // batch_size) for n in counts)
+
+    def identity(self) -> dict[str, Any]:
+        """What a resume state must match: the data and what seeds its order."""
+        return {
+            "manifest": self.manifest.fingerprint(),
+            "split": self.options.split,
+            "seed": self.options.seed,
+            "shuffle": self.options.shuffle,
+        }
 
     @property
     def num_errors(self) -> int:
         """Samples skipped as unreadable (``on_error='skip'``) in this run, over all workers."""
         return int(self._errors.sum())
 
+    def close(self) -> None:
+        """Close the shard files and environments this process opened (reopened lazily if read again)."""
+        self._readers.close()
+
+    def __enter__(self) -> ShardedDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # ---- reading ------------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         worker_index, num_workers = get_worker()
-        epoch, resumed_batches = self.epoch, int(self._skip_batches[0])
+        epoch = self.epoch
+        history, resumed_batches = self.position.resume_point()
         # The DataLoader always asks worker 0 first: after k batches, worker 0 plays the worker that
         # produced batch k in the uninterrupted run, worker 1 the next one, and so on.
         role = (worker_index + resumed_batches) % max(num_workers, 1)
         config = self.plan_config(num_workers)
-        spans = plan_epoch(self.shard_sizes, config, epoch=epoch, rank=self.rank, worker_index=role)
-        skip = self._skipped_samples(resumed_batches, role, max(num_workers, 1))
-        samples = self._shuffled(spans, (self.seed, epoch, self.rank, role), skip, worker_index)
+        runs = self._runs(epoch, history)
+        windows = plan_windows(runs, config, epoch=epoch, rank=self.rank, worker_index=role)
+        per_rank = samples_per_rank(num_samples(runs), self.world_size, config.remainder)
+        skip = consumed_count(config, per_rank, role, resumed_batches)
+        samples = self._read_windows(windows, skip, worker_index)
         if not self.decoders and self.transform is None:
             return samples  # raw bytes: no per-sample work left
         return map(self._finish, samples)
 
-    def _skipped_samples(self, batches: int, worker_index: int, num_workers: int) -> int:
-        """Samples of this worker's stream already consumed when a run resumes after ``batches`` batches.
+    def _runs(self, epoch: int, history: tuple[Segment, ...]) -> Runs:
+        if history:
+            return _remaining(tuple(self.shard_sizes), history, epoch)
+        return epoch_runs(self.shard_sizes, self.plan_config(0), epoch)
 
-        The DataLoader takes batches from workers round-robin and the planner gives workers whole batches
-        (the first ones one extra), so batch j always came from worker j % num_workers.
-        """
-        own = batches // num_workers + (worker_index < batches % num_workers)
-        return own * self.batch_size
-
-    def _shuffled(
-        self, spans: list[Span], seed: tuple[int, ...], skip: int, worker_index: int
-    ) -> Iterator[Sample]:
-        # Windows bound the memory (one window of samples per worker) with or without shuffling.
-        for window_index, window_spans in enumerate(_cut_windows(spans, self.shuffle_buffer)):
-            size = sum(len(s) for s in window_spans)
+    def _read_windows(self, windows: list[Window], skip: int, worker_index: int) -> Iterator[Sample]:
+        for window in windows:
+            size = len(window)
             if skip >= size:  # consumed before the resume point: not even read
                 skip -= size
                 continue
             samples: list[Sample | None] = []
-            for span in window_spans:
+            for span in window.spans:
                 self._read_span(span, worker_index, samples)
-            _replace_errors(samples, self.shards, window_spans)
-            if self.shuffle:
-                rng = np.random.default_rng(np.random.SeedSequence([*seed, window_index]))
-                samples = [samples[i] for i in rng.permutation(len(samples)).tolist()]
-            yield from samples[skip:] if skip else samples  # type: ignore[misc]
+            _replace_errors(samples, self.shards, window.spans)
+            order = window.permutation().tolist()
+            yield from (cast(Sample, samples[i]) for i in order[skip:])
             skip = 0
 
     def _read_span(self, span: Span, worker_index: int, out: list[Sample | None]) -> None:
@@ -184,7 +233,7 @@ class ShardedDataset(IterableDataset[Sample]):
                 self._read_range(span, start, span.stop, out)
                 return
             except DataError as exc:
-                if self.on_error == "raise":
+                if self.options.on_error == "raise":
                     raise
                 bad = getattr(exc, "sample_index", None)
                 bad = bad if bad is not None and start <= bad < span.stop else start
@@ -198,12 +247,9 @@ class ShardedDataset(IterableDataset[Sample]):
                 start = bad + 1
 
     def _read_range(self, span: Span, start: int, stop: int, out: list[Sample | None]) -> None:
-        entry = self.shards[span.shard_index]
         first, is_pad, append = len(out), span.is_pad, out.append
         try:
-            for key, fields in self.format.read(
-                self.root / entry.path, start, stop, self._shard_index(span.shard_index)
-            ):
+            for key, fields in self._readers.read(span.shard_index, start, stop):
                 sample = cast(Sample, fields)  # the same dict, now also holding key and pad flag
                 sample["__key__"] = key
                 sample["__pad__"] = is_pad
@@ -214,17 +260,9 @@ class ShardedDataset(IterableDataset[Sample]):
         if len(out) - first != stop - start:
             del out[first:]
             raise DataError(
-                f"{entry.path}: yielded {len(out) - first} samples for [{start}, {stop}); truncated?"
+                f"{self.shards[span.shard_index].path}: yielded {len(out) - first} samples for "
+                f"[{start}, {stop}); truncated?"
             )
-
-    def _shard_index(self, shard_index: int) -> ShardIndex | None:
-        entry = self.shards[shard_index]
-        if entry.index_path is None:
-            return None
-        if shard_index not in self._indexes:
-            path = self.root / entry.index_path
-            self._indexes[shard_index] = ShardIndex.read(path, entry.num_samples, self.manifest.fields)
-        return self._indexes[shard_index]
 
     def _finish(self, sample: Sample) -> Any:
         for field, decoder in self.decoders.items():
@@ -232,40 +270,49 @@ class ShardedDataset(IterableDataset[Sample]):
                 sample[field] = decoder(sample[field])
         return self.transform(sample) if self.transform is not None else sample
 
-    def describe(self) -> dict[str, Any]:
-        """What a resume state must match: the data, the world, and everything that shapes the order."""
-        return {
-            "manifest": self.manifest.fingerprint(),
-            "split": self.split,
-            "world_size": self.world_size,
-            "seed": self.seed,
-            "shuffle": self.shuffle,
-            "remainder": self.remainder,
-            "shuffle_buffer": self.shuffle_buffer,
-            "block_size": self.block_size,
-            "batch_size": self.batch_size,
-        }
+
+class _Readers:
+    """This process's open shards, least recently used closed first; dropped, never used, after a fork."""
+
+    def __init__(self, dataset: ShardedDataset) -> None:
+        self._dataset = dataset
+        self._pid = os.getpid()
+        self._indexes: OrderedDict[int, ShardIndex | None] = OrderedDict()
+
+    def read(self, shard_index: int, start: int, stop: int) -> Iterator[tuple[str, dict[str, bytes]]]:
+        dataset = self._dataset
+        entry = dataset.shards[shard_index]
+        return dataset.format.read(dataset.root / entry.path, start, stop, self._index(shard_index))
+
+    def _index(self, shard_index: int) -> ShardIndex | None:
+        if self._pid != os.getpid():
+            self._indexes.clear()
+            self._pid = os.getpid()
+        if shard_index in self._indexes:
+            self._indexes.move_to_end(shard_index)
+            return self._indexes[shard_index]
+        dataset = self._dataset
+        entry = dataset.shards[shard_index]
+        index = None
+        if entry.index_path is not None:
+            index = ShardIndex.read(
+                dataset.root / entry.index_path, entry.num_samples, dataset.manifest.fields
+            )
+        self._indexes[shard_index] = index
+        while len(self._indexes) > MAX_OPEN_SHARDS:
+            self._indexes.popitem(last=False)
+        return index
+
+    def close(self) -> None:
+        self._indexes.clear()
 
 
-def _cut_windows(spans: list[Span], window: int) -> Iterator[list[Span]]:
-    """Regroup spans into consecutive windows of ``window`` samples (the last may be shorter)."""
-    current: list[Span] = []
-    room = window
-    for span in spans:
-        start = span.start
-        while start < span.stop:
-            take = min(room, span.stop - start)
-            current.append(Span(span.shard_index, start, start + take, span.is_pad))
-            start += take
-            room -= take
-            if room == 0:
-                yield current
-                current, room = [], window
-    if current:
-        yield current
+@lru_cache(maxsize=8)
+def _remaining(shard_sizes: tuple[int, ...], history: tuple[Segment, ...], epoch: int) -> Runs:
+    return remaining_runs(shard_sizes, history, epoch)
 
 
-def _replace_errors(samples: list[Sample | None], shards: Any, spans: list[Span]) -> None:
+def _replace_errors(samples: list[Sample | None], shards: Any, spans: tuple[Span, ...]) -> None:
     """Fill each unreadable slot with a copy of a readable sample of the window, flagged as a pad."""
     if all(s is not None for s in samples):
         return

@@ -1,15 +1,16 @@
-"""``make_loader``: a DataLoader over a ShardedDataset that keeps epochs and steps honest.
+"""``make_loader``: a DataLoader over a ShardedDataset that keeps epochs, steps and resumes honest.
 
 It aligns the workers' shares to whole batches (so ``len(loader)`` is exact and equal on every rank),
 collates raw bytes into one buffer per field and batch (sent inline, see ``loaders.collate``), calls
 ``set_epoch`` itself at each new pass when the user never does (the forgotten-``set_epoch`` bug cannot
-silently repeat one order), and saves and restores its position: resuming after k batches yields exactly
-the batches k, k+1, ... of the uninterrupted run.
+silently repeat one order), and saves and restores its position (``state_dict`` / ``load_state_dict``,
+the protocol torchdata's ``StatefulDataLoader`` users know): resumed with the same world size, workers
+and batch size it yields exactly the batches k, k+1, ... of the uninterrupted run; resumed on another
+world it re-plans the rest of the epoch (``loaders.elastic``).
 """
 
 from __future__ import annotations
 
-import copy
 import fcntl
 import logging
 from collections.abc import Iterator
@@ -20,90 +21,103 @@ from torch.utils.data import DataLoader
 
 from loaders.collate import collate_samples
 from loaders.dataset import ShardedDataset
+from loaders.elastic import Segment
+from loaders.position import decode_state, encode_state
 
 log = logging.getLogger("loaders")
-STATE_VERSION = 1
+RESULT_PIPE_BYTES = 1 << 20
 
 
 class ShardedLoader(DataLoader[Any]):
     """A DataLoader whose length is exact and whose epoch and position are managed (see the module doc)."""
 
-    def __init__(self, dataset: ShardedDataset, batch_size: int, **kwargs: Any) -> None:
+    def __init__(self, dataset: ShardedDataset, batch_size: int, *, enlarge_pipe: bool = True,
+                 **kwargs: Any) -> None:  # fmt: skip
         super().__init__(dataset, batch_size=batch_size, **kwargs)
         self.sharded = dataset
+        self.enlarge_pipe = enlarge_pipe
         self._pass_sets: int | None = None  # set_epoch calls seen when the previous pass began
         self._warned = False
-        self._batches = 0  # batches handed out in the current epoch (including those skipped on resume)
+        self._history: tuple[Segment, ...] = ()  # segments of this epoch before the current pass's plan
+        self._batches = 0  # batches of the current pass's plan consumed (including those skipped on resume)
 
     def __len__(self) -> int:
         return self.sharded.num_batches(self.batch_size or 1, self.num_workers)
 
     def _get_iterator(self) -> Any:
         iterator = super()._get_iterator()
-        _enlarge_result_pipe(iterator)
+        if self.enlarge_pipe and self.num_workers > 0:
+            enlarge_result_pipe(iterator)
         return iterator
 
     def set_epoch(self, epoch: int) -> None:
         self.sharded.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        forgotten = self._pass_sets is not None and self.sharded.epoch_sets == self._pass_sets
-        if forgotten and self.sharded.shuffle and not int(self.sharded._skip_batches[0]):
-            self.sharded.set_epoch(self.sharded.epoch + 1)
+        position = self.sharded.position
+        history, self._batches = position.resume_point()
+        forgotten = self._pass_sets is not None and position.epoch_sets == self._pass_sets
+        if forgotten and self.sharded.shuffle and not (history or self._batches):
+            position.set_epoch(position.epoch + 1)
             if not self._warned:
                 log.warning(
                     "set_epoch() was not called before this pass; advanced to epoch %d so the order changes "
                     "(call loader.set_epoch(epoch) or dataset.set_epoch(epoch) each epoch to choose it)",
-                    self.sharded.epoch,
+                    position.epoch,
                 )
                 self._warned = True
-        self._pass_sets = self.sharded.epoch_sets
-        self._batches = int(self.sharded._skip_batches[0])
+        self._pass_sets = position.epoch_sets
+        self._history = history
         for batch in super().__iter__():
             self._batches += 1
             yield batch
-        self.sharded._skip_batches[0] = 0  # a resumed epoch is complete: the next pass starts at batch 0
+        position.finish_pass()  # the next pass starts a fresh epoch plan
 
     def state_dict(self) -> dict[str, Any]:
-        """Small, JSON-safe and identical on every rank: where this epoch stands."""
-        return {
-            "version": STATE_VERSION,
-            **self.sharded.describe(),
-            "num_workers": self.num_workers,
-            "epoch": self.sharded.epoch,
-            "batches": self._batches,
-        }
+        """Small, JSON-safe and identical on every rank: the data, the epoch and the position in it."""
+        if self._pass_sets is None:  # no pass yet: a loaded resume point is still pending
+            history, batches = self.sharded.position.resume_point()
+        else:
+            history, batches = self._history, self._batches
+        current = Segment(self.sharded.plan_config(self.num_workers), batches)
+        return encode_state(self.sharded.identity(), self.sharded.epoch, [*history, current])
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at ``state``: the next pass continues the saved epoch after its consumed batches."""
-        expected = {"version": STATE_VERSION, **self.sharded.describe(), "num_workers": self.num_workers}
-        for name, value in expected.items():
-            if state.get(name) != value:
-                raise ValueError(
-                    f"cannot resume: found {name}={state.get(name)!r} in the saved state, expected {value!r} "
-                    "(this loader's). Resume with the same dataset, world size, seed, batch size and workers "
-                    "as the saved run, or start the epoch afresh without load_state_dict()"
-                )
-        self.sharded.set_epoch(int(state["epoch"]))
-        self.sharded._skip_batches[0] = int(state["batches"])
+        """Resume at ``state``: the next pass continues the saved epoch after what it consumed.
+
+        Any world size, worker count and batch size may load it; the data, split, seed and shuffle must
+        be the saved run's (otherwise ``ValueError``: found X, expected Y, and what to do).
+        """
+        config = self.sharded.plan_config(self.num_workers)
+        epoch, history, batches = decode_state(state, self.sharded.identity(), config)
+        self.sharded.position.set_resume_point(epoch, history, batches)
         self._pass_sets = None
 
 
-RESULT_PIPE_BYTES = 1 << 20
+def enlarge_result_pipe(iterator: Any) -> bool:
+    """Let a worker write a whole batch into the result pipe at once (Linux); return whether it did.
 
-
-def _enlarge_result_pipe(iterator: Any) -> None:
-    """Let a worker write a whole batch into the result pipe at once (Linux; best effort).
-
-    A batch of 64 x 1 KiB samples overflows the default 64 KiB pipe, so the worker blocks mid-batch until
-    the main process drains it. Measured on 2 cores, 2 workers, batch 64, 6 interleaved pairs: 1.1-2.0x
-    more samples/s with a 1 MiB pipe. The queue is DataLoader-internal, so any surprise leaves it as is.
+    A batch of small samples overflows the default 64 KiB pipe, so the worker blocks mid-batch until the
+    main process drains it. The pipe belongs to DataLoader's private queue: when a torch release moves it,
+    this logs once and the loader runs on the plain pipe (``tests/test_loader.py`` fails, so we notice).
     """
     try:
         reader = iterator._worker_result_queue._reader
         fcntl.fcntl(reader.fileno(), fcntl.F_SETPIPE_SZ, RESULT_PIPE_BYTES)
-    except (AttributeError, OSError, ValueError):
-        pass
+        return True
+    except (AttributeError, OSError, ValueError) as exc:
+        _warn_pipe_once(exc)
+        return False
+
+
+_pipe_warned = False
+
+
+def _warn_pipe_once(exc: Exception) -> None:
+    global _pipe_warned
+    if not _pipe_warned:
+        log.info("could not enlarge the DataLoader result pipe (%s); using the default pipe", exc)
+        _pipe_warned = True
 
 
 def make_loader(
@@ -115,22 +129,22 @@ def make_loader(
     persistent_workers: bool | None = None,
     prefetch_factor: int | None = 4,
     multiprocessing_context: str | None = None,
+    enlarge_pipe: bool = True,
     **kwargs: Any,
 ) -> ShardedLoader:
     """A ShardedLoader with sensible defaults: pinned memory when CUDA is there, persistent workers, prefetch.
 
-    The dataset is copied with its worker split aligned to ``batch_size``; the copy shares the original's
-    epoch, so ``dataset.set_epoch`` still works.
+    It reads a dataset configured with its worker split aligned to ``batch_size``, sharing the given
+    dataset's position, so ``dataset.set_epoch`` still works. ``enlarge_pipe=False`` keeps DataLoader's
+    plain result pipe (see ``enlarge_result_pipe``).
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    aligned = copy.copy(dataset)
-    aligned.batch_size = batch_size
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     if num_workers == 0:
         prefetch_factor = None
         persistent_workers = False
     return ShardedLoader(
-        aligned,
+        dataset.configured(batch_size=batch_size),
         batch_size,
         num_workers=num_workers,
         collate_fn=kwargs.pop("collate_fn", collate_samples),
@@ -138,5 +152,6 @@ def make_loader(
         persistent_workers=True if persistent_workers is None else persistent_workers,
         prefetch_factor=prefetch_factor,
         multiprocessing_context=multiprocessing_context,
+        enlarge_pipe=enlarge_pipe,
         **kwargs,
     )

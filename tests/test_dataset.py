@@ -142,17 +142,20 @@ def test_resume_yields_exactly_the_remaining_batches(packed: dict[str, Path], nu
         resumed.set_epoch(4)  # the usual loop sets the epoch again: the resume point must survive it
         rest = [b["__key__"] for b in resumed]
         assert consumed + rest == expected, k
-        assert resumed.state_dict()["batches"] == len(expected)
+        assert resumed.state_dict()["segments"][-1]["batches"] == len(expected)
         resumed.set_epoch(4)
         assert [b["__key__"] for b in resumed] == expected  # the next pass is a whole epoch again
 
 
-def test_resume_refuses_another_dataset_or_world(packed: dict[str, Path]) -> None:
+def test_resume_refuses_another_dataset_or_seed(packed: dict[str, Path]) -> None:
     state = make_loader(ShardedDataset(packed["tar"], rank=0, world_size=2), 4, 0).state_dict()
-    with pytest.raises(ValueError, match=r"found world_size=2.*expected 3"):
-        make_loader(ShardedDataset(packed["tar"], rank=0, world_size=3), 4, 0).load_state_dict(state)
-    with pytest.raises(ValueError, match="manifest"):
+    with pytest.raises(ValueError, match=r"found seed=0 in the saved state, expected 3"):
+        make_loader(ShardedDataset(packed["tar"], rank=0, world_size=2, seed=3), 4, 0).load_state_dict(state)
+    with pytest.raises(ValueError, match="found manifest="):
         make_loader(ShardedDataset(packed["lmdb"], rank=0, world_size=2), 4, 0).load_state_dict(state)
+    with pytest.raises(ValueError, match="found state version 7"):
+        make_loader(ShardedDataset(packed["tar"], rank=0, world_size=2), 4, 0).load_state_dict({"version": 7})
+    make_loader(ShardedDataset(packed["tar"], rank=0, world_size=3), 4, 0).load_state_dict(state)  # elastic
 
 
 def test_decode_and_transform(packed: dict[str, Path]) -> None:
