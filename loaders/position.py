@@ -59,10 +59,11 @@ class Position:
         """``(history, batches)``: this epoch's earlier segments, and batches of the plan already consumed."""
         length = int(self._counters[_HISTORY_LENGTH])
         raw = bytes(self._history[:length].numpy()) if length else b"[]"
-        return tuple(segment_from_json(s) for s in json.loads(raw)), int(self._counters[_SKIP])
+        history = tuple(Segment(PlanConfig(**s["config"]), s["batches"]) for s in json.loads(raw))
+        return history, int(self._counters[_SKIP])
 
     def set_resume_point(self, epoch: int, history: Sequence[Segment], batches: int) -> None:
-        raw = json.dumps([segment_to_json(s) for s in history]).encode()
+        raw = json.dumps([{"config": asdict(s.config), "batches": s.batches} for s in history]).encode()
         if len(raw) > HISTORY_BYTES:
             raise ValueError(f"a resume state of {len(history)} segments does not fit {HISTORY_BYTES} bytes")
         self.set_epoch(epoch)
