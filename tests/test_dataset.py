@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import io
-import json
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
-from loaders import ShardedDataset, make_loader
-from loaders.decode import resolve_decoders
+from loaders import ShardedDataset
 from shardpipe.errors import DataError
 from shardpipe.formats.layout import ShardIndex
 from shardpipe.manifest import load_manifest
@@ -104,89 +100,20 @@ def test_set_epoch_reaches_workers(packed: dict[str, Path], context: str, persis
     assert orders[2] == fresh_order(2)
 
 
-def test_make_loader_length_is_exact_and_epochs_advance_without_set_epoch(
-    packed: dict[str, Path], caplog: pytest.LogCaptureFixture
-) -> None:
-    dataset = ShardedDataset(packed["lmdb"], rank=2, world_size=3, seed=0)
-    for num_workers, batch_size in [(0, 4), (2, 4), (1, 5), (2, 3), (2, 64)]:
-        loader = make_loader(dataset, batch_size=batch_size, num_workers=num_workers)
-        batches = list(loader)
-        assert len(batches) == len(loader) == -(-len(dataset) // batch_size)
-        assert all(len(b["__key__"]) == batch_size for b in batches[:-1])
-    loader = make_loader(dataset, batch_size=4, num_workers=2)
-    with caplog.at_level("WARNING", logger="loaders"):
-        first = [k for b in loader for k in b["__key__"]]
-        second = [k for b in loader for k in b["__key__"]]
-    assert first != second  # a new epoch: another order (and, on this rank, another share)
-    assert "set_epoch() was not called" in caplog.text
-
-
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_resume_yields_exactly_the_remaining_batches(packed: dict[str, Path], num_workers: int) -> None:
-    def loader() -> torch.utils.data.DataLoader:
-        dataset = ShardedDataset(packed["tfrecord"], rank=0, world_size=2, seed=9, shuffle_buffer=5)
-        return make_loader(dataset, batch_size=3, num_workers=num_workers, persistent_workers=False)
-
-    reference = loader()
-    reference.set_epoch(4)
-    expected = [b["__key__"] for b in reference]
-    for k in (0, 1, 3, len(expected) - 1):
-        run = loader()
-        run.set_epoch(4)
-        iterator = iter(run)
-        consumed = [next(iterator)["__key__"] for _ in range(k)]
-        state = json.loads(json.dumps(run.state_dict()))
-        del iterator
-        resumed = loader()
-        resumed.load_state_dict(state)
-        resumed.set_epoch(4)  # the usual loop sets the epoch again: the resume point must survive it
-        rest = [b["__key__"] for b in resumed]
-        assert consumed + rest == expected, k
-        assert resumed.state_dict()["segments"][-1]["batches"] == len(expected)
-        resumed.set_epoch(4)
-        assert [b["__key__"] for b in resumed] == expected  # the next pass is a whole epoch again
-
-
-def test_resume_refuses_another_dataset_or_seed(packed: dict[str, Path]) -> None:
-    state = make_loader(ShardedDataset(packed["tar"], rank=0, world_size=2), 4, 0).state_dict()
-    with pytest.raises(ValueError, match=r"found seed=0 in the saved state, expected 3"):
-        make_loader(ShardedDataset(packed["tar"], rank=0, world_size=2, seed=3), 4, 0).load_state_dict(state)
-    with pytest.raises(ValueError, match="found manifest="):
-        make_loader(ShardedDataset(packed["lmdb"], rank=0, world_size=2), 4, 0).load_state_dict(state)
-    with pytest.raises(ValueError, match="found state version 7"):
-        make_loader(ShardedDataset(packed["tar"], rank=0, world_size=2), 4, 0).load_state_dict({"version": 7})
-    make_loader(ShardedDataset(packed["tar"], rank=0, world_size=3), 4, 0).load_state_dict(state)  # elastic
-
-
-def test_decode_and_transform(packed: dict[str, Path]) -> None:
+def test_decode_and_transform_run_in_the_dataset(packed: dict[str, Path]) -> None:
     dataset = ShardedDataset(
         packed["tar"], decode={"cls": "cls"}, rank=0, world_size=1, transform=lambda s: s["cls"]
     )
     classes = load_manifest(packed["tar"]).classes
     assert classes is not None and all(isinstance(c, int) and 0 <= c < len(classes) for c in dataset)
-    auto = resolve_decoders("auto", ("cls", "json", "seg.png", "bin", "npy"))
-    assert set(auto) == {"cls", "json", "seg.png", "npy"}
-    assert auto["json"](b'{"a": [1]}') == {"a": [1]}
-    assert auto["npy"](npy_bytes(np.arange(6).reshape(2, 3))).tolist() == [[0, 1, 2], [3, 4, 5]]
-    with pytest.raises(ValueError, match="allow_pickle"):
-        auto["npy"](npy_bytes(np.array([{"x": 1}], dtype=object)))  # an object array would need unpickling
     with pytest.raises(ValueError, match="unknown decoder"):
         ShardedDataset(packed["tar"], decode={"txt": "nope"}, rank=0, world_size=1)
 
 
-def npy_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=True)
-    return buffer.getvalue()
-
-
-def test_bytes_batches_travel_as_one_buffer(packed: dict[str, Path]) -> None:
-    dataset = ShardedDataset(packed["tar"], rank=0, world_size=1, shuffle=False)
-    batch = next(iter(make_loader(dataset, batch_size=5, num_workers=2)))
-    samples = list(dataset)[:5]
-    assert batch["bin"].tolist() == [s["bin"] for s in samples]
-    assert batch["__key__"] == [s["__key__"] for s in samples]
-    assert batch["__pad__"].dtype == torch.bool
+def test_close_and_context_manager_release_and_reopen(packed: dict[str, Path]) -> None:
+    with ShardedDataset(packed["tar"], rank=0, world_size=1, shuffle=False) as dataset:
+        first = keys_of(dataset)
+    assert keys_of(dataset) == first  # closed readers reopen lazily
 
 
 def damage(out: Path, fmt: str) -> str:

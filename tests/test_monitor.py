@@ -1,4 +1,4 @@
-"""InputMonitor: exact wait accounting against a deliberately slow iterable (fake clock and real one)."""
+"""InputMonitor: exact wait accounting on a fake clock; the real clock only as a lower bound."""
 
 from __future__ import annotations
 
@@ -77,8 +77,7 @@ def test_real_clock_with_a_slow_iterable() -> None:
         time.sleep(0.01)
     stats = monitor.end_epoch()
     assert stats.samples == 8
-    assert 0.1 <= stats.wait_s <= stats.step_s
-    assert 0.6 < stats.wait_fraction < 1.0
+    assert 0.12 <= stats.wait_s <= stats.step_s  # four sleeps of 30 ms are waited at least; no ratio asserted
 
 
 def test_count_samples_of_common_batch_shapes() -> None:

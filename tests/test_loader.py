@@ -1,0 +1,115 @@
+"""make_loader and ShardedLoader: exact length, the forgotten set_epoch, state_dict / load_state_dict."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from loaders import ShardedDataset, make_loader
+from loaders.loader import RESULT_PIPE_BYTES, enlarge_result_pipe
+from tests.datagen import pack_dataset
+
+FORMATS = ["tar", "lmdb", "tfrecord"]
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("packed")
+    return {fmt: pack_dataset(root, fmt, 47, max_samples=7) for fmt in FORMATS}
+
+
+def test_make_loader_length_is_exact_and_epochs_advance_without_set_epoch(
+    packed: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    dataset = ShardedDataset(packed["lmdb"], rank=2, world_size=3, seed=0)
+    for num_workers, batch_size in [(0, 4), (2, 4), (1, 5), (2, 3), (2, 64)]:
+        loader = make_loader(dataset, batch_size=batch_size, num_workers=num_workers)
+        batches = list(loader)
+        assert len(batches) == len(loader) == -(-len(dataset) // batch_size)
+        assert all(len(b["__key__"]) == batch_size for b in batches[:-1])
+    loader = make_loader(dataset, batch_size=4, num_workers=2)
+    with caplog.at_level("WARNING", logger="loaders"):
+        first = [k for b in loader for k in b["__key__"]]
+        second = [k for b in loader for k in b["__key__"]]
+    assert first != second  # a new epoch: another order (and, on this rank, another share)
+    assert "set_epoch() was not called" in caplog.text
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_yields_exactly_the_remaining_batches(packed: dict[str, Path], num_workers: int) -> None:
+    def loader() -> torch.utils.data.DataLoader:
+        dataset = ShardedDataset(packed["tfrecord"], rank=0, world_size=2, seed=9, shuffle_buffer=5)
+        return make_loader(dataset, batch_size=3, num_workers=num_workers, persistent_workers=False)
+
+    reference = loader()
+    reference.set_epoch(4)
+    expected = [b["__key__"] for b in reference]
+    for k in (0, 1, 3, len(expected) - 1):
+        run = loader()
+        run.set_epoch(4)
+        iterator = iter(run)
+        consumed = [next(iterator)["__key__"] for _ in range(k)]
+        state = json.loads(json.dumps(run.state_dict()))
+        del iterator
+        resumed = loader()
+        resumed.load_state_dict(state)
+        resumed.set_epoch(4)  # the usual loop sets the epoch again: the resume point must survive it
+        rest = [b["__key__"] for b in resumed]
+        assert consumed + rest == expected, k
+        assert resumed.state_dict()["segments"][-1]["batches"] == len(expected)
+        resumed.set_epoch(4)
+        assert [b["__key__"] for b in resumed] == expected  # the next pass is a whole epoch again
+
+
+def test_resume_refuses_another_dataset_or_seed(packed: dict[str, Path]) -> None:
+    state = make_loader(ShardedDataset(packed["tar"], rank=0, world_size=2), 4, 0).state_dict()
+    with pytest.raises(ValueError, match=r"found seed=0 in the saved state, expected 3"):
+        make_loader(ShardedDataset(packed["tar"], rank=0, world_size=2, seed=3), 4, 0).load_state_dict(state)
+    with pytest.raises(ValueError, match="found manifest="):
+        make_loader(ShardedDataset(packed["lmdb"], rank=0, world_size=2), 4, 0).load_state_dict(state)
+    with pytest.raises(ValueError, match="found state version 7"):
+        make_loader(ShardedDataset(packed["tar"], rank=0, world_size=2), 4, 0).load_state_dict({"version": 7})
+    make_loader(ShardedDataset(packed["tar"], rank=0, world_size=3), 4, 0).load_state_dict(state)  # elastic
+
+
+def test_bytes_batches_travel_as_one_buffer(packed: dict[str, Path]) -> None:
+    dataset = ShardedDataset(packed["tar"], rank=0, world_size=1, shuffle=False)
+    batch = next(iter(make_loader(dataset, batch_size=5, num_workers=2)))
+    samples = list(dataset)[:5]
+    assert batch["bin"].tolist() == [s["bin"] for s in samples]
+    assert batch["__key__"] == [s["__key__"] for s in samples]
+    assert batch["__pad__"].dtype == torch.bool
+
+
+def pipe_size(loader: torch.utils.data.DataLoader) -> int:
+    iterator = loader._get_iterator()  # what DataLoader.__iter__ builds
+    try:
+        return fcntl.fcntl(iterator._worker_result_queue._reader.fileno(), fcntl.F_GETPIPE_SZ)
+    finally:
+        iterator._shutdown_workers()
+
+
+def test_result_pipe_is_enlarged_on_this_torch(packed: dict[str, Path]) -> None:
+    """The enlargement reaches into DataLoader's private queue: if a torch release moves it, this fails
+    (rather than the loader silently losing the speed-up), and the loader still runs on the plain pipe."""
+    dataset = ShardedDataset(packed["tar"], rank=0, world_size=1)
+    assert pipe_size(make_loader(dataset, 4, num_workers=1)) >= RESULT_PIPE_BYTES
+    plain = make_loader(dataset, 4, num_workers=1, enlarge_pipe=False)
+    assert pipe_size(plain) < RESULT_PIPE_BYTES
+    assert sum(len(b["__key__"]) for b in plain) == 47
+    assert enlarge_result_pipe(object()) is False  # a queue it cannot find: no error, the plain pipe
+
+
+def test_make_loader_configures_a_dataset_sharing_the_epoch(packed: dict[str, Path]) -> None:
+    dataset = ShardedDataset(packed["tar"], rank=0, world_size=1)
+    loader = make_loader(dataset, batch_size=8, num_workers=0)
+    assert loader.sharded is not dataset and loader.sharded.options.batch_size == 8
+    assert dataset.options.batch_size == 1  # the caller's dataset is not mutated
+    dataset.set_epoch(3)
+    assert loader.sharded.epoch == 3
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1, got 0"):
+        make_loader(dataset, batch_size=0)
