@@ -1,11 +1,10 @@
 """Batch collation that moves bytes between processes cheaply.
 
-Measured on 2 cores with 2 DataLoader workers (a micro-benchmark of 64 KiB batches): a batch
-pickled inline through the worker's pipe crossed at 2,800 batches/s, one shared-memory tensor at 950/s and
-five tensors at 350/s: each tensor costs a file-descriptor round trip to the worker. At 4 MiB per batch the
-inline and single-tensor paths were equal (~810 MB/s). So a batch of raw byte fields becomes one
-:class:`RaggedBytes` per field (one buffer plus offsets, no per-sample objects), and a :class:`Batch`
-sends its small tensors inline, rebuilding them as tensors on arrival; large tensors still use shared memory.
+Every tensor that crosses from a DataLoader worker in shared memory costs a file-descriptor round trip,
+which dominates small batches; pickled inline through the worker's pipe, small ones cost a copy. So a
+batch of raw byte fields becomes one :class:`RaggedBytes` per field (one buffer plus offsets, no
+per-sample objects), and a :class:`Batch` sends its small tensors inline, rebuilding them as tensors on
+arrival; large tensors still use shared memory. The measurements behind this are in docs/performance.md.
 """
 
 from __future__ import annotations

@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import torch
 from torch.utils.data import IterableDataset
 
+from loaders.columns import Columns, batches, samples_to_columns
 from loaders.decode import Decoder, resolve_decoders
 from loaders.elastic import Segment, consumed_count, remaining_runs
 from loaders.planner import (
@@ -66,6 +67,7 @@ class ReadOptions:
     block_size: int = DEFAULT_BLOCK_SIZE
     batch_size: int = 1
     on_error: OnError = "raise"
+    batched: bool = False
 
     def __post_init__(self) -> None:
         if self.on_error not in ("raise", "skip"):
@@ -201,68 +203,72 @@ class ShardedDataset(IterableDataset[Sample]):
         windows = plan_windows(runs, config, epoch=epoch, rank=self.rank, worker_index=role)
         per_rank = samples_per_rank(num_samples(runs), self.world_size, config.remainder)
         skip = consumed_count(config, per_rank, role, resumed_batches)
-        samples = self._read_windows(windows, skip, worker_index)
+        columns = self._read_windows(windows, skip, worker_index)
+        if self.batched:
+            return batches(columns, self.options.batch_size)
+        samples = (sample for window in columns for sample in window.samples())
         if not self.decoders and self.transform is None:
-            return samples  # raw bytes: no per-sample work left
+            return samples
         return map(self._finish, samples)
+
+    @property
+    def batched(self) -> bool:
+        """Whether iterating yields whole batches (``make_loader`` with raw byte fields) or samples."""
+        return self.options.batched and not self.decoders and self.transform is None
 
     def _runs(self, epoch: int, history: tuple[Segment, ...]) -> Runs:
         if history:
             return _remaining(tuple(self.shard_sizes), history, epoch)
         return epoch_runs(self.shard_sizes, self.plan_config(0), epoch)
 
-    def _read_windows(self, windows: list[Window], skip: int, worker_index: int) -> Iterator[Sample]:
+    def _read_windows(self, windows: list[Window], skip: int, worker_index: int) -> Iterator[Columns]:
+        """Each window's columns in yield order, the first ``skip`` samples (consumed before a resume) left
+        out: whole windows among them are not even read."""
         for window in windows:
             size = len(window)
-            if skip >= size:  # consumed before the resume point: not even read
+            if skip >= size:
                 skip -= size
                 continue
-            samples: list[Sample | None] = []
-            for span in window.spans:
-                self._read_span(span, worker_index, samples)
-            _replace_errors(samples, self.shards, window.spans)
-            order = window.permutation().tolist()
-            yield from (cast(Sample, samples[i]) for i in order[skip:])
+            columns = self._read_window(window, worker_index)
+            yield columns.take(window.permutation()[skip:].tolist())
             skip = 0
 
-    def _read_span(self, span: Span, worker_index: int, out: list[Sample | None]) -> None:
-        """Append one span's samples to ``out``; with on_error='skip' a bad sample becomes ``None``."""
-        start = span.start
-        while start < span.stop:
-            try:
-                self._read_range(span, start, span.stop, out)
-                return
-            except DataError as exc:
-                if self.options.on_error == "raise":
-                    raise
-                bad = getattr(exc, "sample_index", None)
-                bad = bad if bad is not None and start <= bad < span.stop else start
-                log.warning(
-                    "skipping unreadable sample %d of %s: %s", bad, self.shards[span.shard_index].path, exc
-                )
-                self._errors[worker_index % MAX_WORKERS] += 1
-                if bad > start:  # the reader failed before yielding the good samples ahead of the bad one
-                    self._read_range(span, start, bad, out)
-                out.append(None)
-                start = bad + 1
+    def _read_window(self, window: Window, worker_index: int) -> Columns:
+        """The window's samples in read order; with on_error='skip' a bad one becomes a flagged copy."""
+        columns = Columns(self.manifest.fields)
+        bad: list[int] = []
+        for span in window.spans:
+            start = span.start
+            while start < span.stop:
+                try:
+                    self._read_range(columns, span, start, span.stop)
+                    break
+                except DataError as exc:
+                    if self.options.on_error == "raise":
+                        raise
+                    failed = getattr(exc, "sample_index", None)
+                    failed = failed if failed is not None and start <= failed < span.stop else start
+                    log.warning("skipping unreadable sample %d of %s: %s", failed,
+                                self.shards[span.shard_index].path, exc)  # fmt: skip
+                    self._errors[worker_index % MAX_WORKERS] += 1
+                    if failed > start:  # the samples ahead of the bad one are good
+                        self._read_range(columns, span, start, failed)
+                    bad.append(len(columns))
+                    columns.extend([""], {name: [b""] for name in columns.names}, True)
+                    start = failed + 1
+        if bad:
+            _replace_errors(columns, bad, self.shards, window.spans)
+        return columns
 
-    def _read_range(self, span: Span, start: int, stop: int, out: list[Sample | None]) -> None:
-        first, is_pad, append = len(out), span.is_pad, out.append
-        try:
-            for key, fields in self._readers.read(span.shard_index, start, stop):
-                sample = cast(Sample, fields)  # the same dict, now also holding key and pad flag
-                sample["__key__"] = key
-                sample["__pad__"] = is_pad
-                append(sample)
-        except DataError:
-            del out[first:]  # a retry re-reads the good part of the range
-            raise
-        if len(out) - first != stop - start:
-            del out[first:]
+    def _read_range(self, columns: Columns, span: Span, start: int, stop: int) -> None:
+        """Append samples [start, stop) of the span's shard, all or none."""
+        part = self._readers.read_columns(span.shard_index, start, stop, columns.names)
+        if len(part) != stop - start:
             raise DataError(
-                f"{self.shards[span.shard_index].path}: yielded {len(out) - first} samples for "
-                f"[{start}, {stop}); truncated?"
+                f"{self.shards[span.shard_index].path}: yielded {len(part)} samples for [{start}, {stop}); "
+                "truncated? run `shardpipe verify`"
             )
+        columns.extend(part.keys, part.fields, span.is_pad)
 
     def _finish(self, sample: Sample) -> Any:
         for field, decoder in self.decoders.items():
@@ -279,10 +285,11 @@ class _Readers:
         self._pid = os.getpid()
         self._indexes: OrderedDict[int, ShardIndex | None] = OrderedDict()
 
-    def read(self, shard_index: int, start: int, stop: int) -> Iterator[tuple[str, dict[str, bytes]]]:
+    def read_columns(self, shard_index: int, start: int, stop: int, names: tuple[str, ...]) -> Columns:
         dataset = self._dataset
         entry = dataset.shards[shard_index]
-        return dataset.format.read(dataset.root / entry.path, start, stop, self._index(shard_index))
+        samples = dataset.format.read(dataset.root / entry.path, start, stop, self._index(shard_index))
+        return samples_to_columns(names, samples)
 
     def _index(self, shard_index: int) -> ShardIndex | None:
         if self._pid != os.getpid():
@@ -312,14 +319,15 @@ def _remaining(shard_sizes: tuple[int, ...], history: tuple[Segment, ...], epoch
     return remaining_runs(shard_sizes, history, epoch)
 
 
-def _replace_errors(samples: list[Sample | None], shards: Any, spans: tuple[Span, ...]) -> None:
+def _replace_errors(columns: Columns, bad: list[int], shards: Any, spans: tuple[Span, ...]) -> None:
     """Fill each unreadable slot with a copy of a readable sample of the window, flagged as a pad."""
-    if all(s is not None for s in samples):
-        return
-    good = next((s for s in samples if s is not None), None)
+    unreadable = set(bad)
+    good = next((i for i in range(len(columns)) if i not in unreadable), None)
     if good is None:
         names = ", ".join(sorted({shards[s.shard_index].path for s in spans}))
         raise DataError(f"every sample of a read window in {names} is unreadable; run `shardpipe verify`")
-    for i, sample in enumerate(samples):
-        if sample is None:
-            samples[i] = {**good, "__pad__": True}
+    for i in bad:
+        columns.keys[i] = columns.keys[good]
+        for name in columns.names:
+            columns.fields[name][i] = columns.fields[name][good]
+        columns.pads[i] = True

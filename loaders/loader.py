@@ -33,8 +33,13 @@ class ShardedLoader(DataLoader[Any]):
 
     def __init__(self, dataset: ShardedDataset, batch_size: int, *, enlarge_pipe: bool = True,
                  **kwargs: Any) -> None:  # fmt: skip
-        super().__init__(dataset, batch_size=batch_size, **kwargs)
+        if dataset.batched:  # the workers build whole batches: the DataLoader only forwards them
+            kwargs["collate_fn"] = _forward
+            super().__init__(dataset, batch_size=None, **kwargs)
+        else:
+            super().__init__(dataset, batch_size=batch_size, **kwargs)
         self.sharded = dataset
+        self.samples_per_batch = batch_size
         self.enlarge_pipe = enlarge_pipe
         self._pass_sets: int | None = None  # set_epoch calls seen when the previous pass began
         self._warned = False
@@ -42,7 +47,7 @@ class ShardedLoader(DataLoader[Any]):
         self._batches = 0  # batches of the current pass's plan consumed (including those skipped on resume)
 
     def __len__(self) -> int:
-        return self.sharded.num_batches(self.batch_size or 1, self.num_workers)
+        return self.sharded.num_batches(self.samples_per_batch, self.num_workers)
 
     def _get_iterator(self) -> Any:
         iterator = super()._get_iterator()
@@ -94,6 +99,10 @@ class ShardedLoader(DataLoader[Any]):
         self._pass_sets = None
 
 
+def _forward(batch: Any) -> Any:
+    return batch
+
+
 def enlarge_result_pipe(iterator: Any) -> bool:
     """Let a worker write a whole batch into the result pipe at once (Linux); return whether it did.
 
@@ -135,19 +144,22 @@ def make_loader(
     """A ShardedLoader with sensible defaults: pinned memory when CUDA is there, persistent workers, prefetch.
 
     It reads a dataset configured with its worker split aligned to ``batch_size``, sharing the given
-    dataset's position, so ``dataset.set_epoch`` still works. ``enlarge_pipe=False`` keeps DataLoader's
-    plain result pipe (see ``enlarge_result_pipe``).
+    dataset's position, so ``dataset.set_epoch`` still works. When fields stay raw bytes (no decoder,
+    transform or ``collate_fn``) the workers build whole batches from columns (``loaders.columns``): the
+    same batches, without a dict per sample. ``enlarge_pipe=False`` keeps DataLoader's plain result pipe
+    (see ``enlarge_result_pipe``).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     if num_workers == 0:
         prefetch_factor = None
         persistent_workers = False
+    collate_fn = kwargs.pop("collate_fn", None)
     return ShardedLoader(
-        dataset.configured(batch_size=batch_size),
+        dataset.configured(batch_size=batch_size, batched=collate_fn is None),
         batch_size,
         num_workers=num_workers,
-        collate_fn=kwargs.pop("collate_fn", collate_samples),
+        collate_fn=collate_fn or collate_samples,
         pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
         persistent_workers=True if persistent_workers is None else persistent_workers,
         prefetch_factor=prefetch_factor,

@@ -5,11 +5,12 @@ from __future__ import annotations
 import fcntl
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
-from loaders import ShardedDataset, make_loader
+from loaders import ShardedDataset, ShardedLoader, collate_samples, make_loader
 from loaders.loader import RESULT_PIPE_BYTES, enlarge_result_pipe
 from tests.datagen import pack_dataset
 
@@ -113,3 +114,42 @@ def test_make_loader_configures_a_dataset_sharing_the_epoch(packed: dict[str, Pa
     assert loader.sharded.epoch == 3
     with pytest.raises(ValueError, match="batch_size must be an int >= 1, got 0"):
         make_loader(dataset, batch_size=0)
+
+
+def as_lists(batch: dict[str, Any]) -> dict[str, Any]:
+    return {k: v if isinstance(v, list) else v.tolist() for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_batch_path_equals_the_per_sample_path_batch_by_batch(
+    packed: dict[str, Path], fmt: str, num_workers: int
+) -> None:
+    """Raw fields: workers build batches from columns; with a collate_fn the DataLoader collates samples."""
+
+    def run(**kwargs: Any) -> list[dict[str, Any]]:
+        dataset = ShardedDataset(packed[fmt], rank=1, world_size=2, seed=4, shuffle_buffer=6, block_size=2)
+        loader = make_loader(dataset, 5, num_workers, persistent_workers=False, **kwargs)
+        assert loader.sharded.batched == (not kwargs)
+        loader.set_epoch(1)
+        batches = [as_lists(b) for b in loader]
+        assert len(batches) == len(loader)
+        return batches
+
+    assert run() == run(collate_fn=collate_samples)
+
+
+def test_batch_path_resumes_exactly(packed: dict[str, Path]) -> None:
+    def loader() -> ShardedLoader:
+        dataset = ShardedDataset(packed["lmdb"], rank=0, world_size=1, seed=2, shuffle_buffer=7)
+        return make_loader(dataset, batch_size=4, num_workers=2, persistent_workers=False)
+
+    expected = [as_lists(b) for b in loader()]
+    run = loader()
+    iterator = iter(run)
+    consumed = [as_lists(next(iterator)) for _ in range(5)]
+    state = run.state_dict()
+    del iterator
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert consumed + [as_lists(b) for b in resumed] == expected

@@ -1,0 +1,98 @@
+"""A window's samples as columns, and the two ways a worker hands them out: per sample or per batch.
+
+A window is read span by span into columns (keys, one list of bytes per field, pad flags) with no object
+per sample. The per-sample path builds a dict per sample (what decoders and transforms take); the batch
+path, used by ``make_loader`` when fields stay raw bytes, cuts the permuted columns straight into
+``Batch`` objects (one ``RaggedBytes`` per field), the same batches the DataLoader would have collated
+from the per-sample path, without a dict per sample or a collate call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from loaders.collate import Batch, RaggedBytes
+
+Sample = dict[str, object]
+
+
+@dataclass(slots=True)
+class Columns:
+    """Samples as columns: ``keys[i]``, ``fields[name][i]`` and ``pads[i]`` describe sample i."""
+
+    names: tuple[str, ...]
+    keys: list[str] = field(default_factory=list)
+    fields: dict[str, list[bytes]] = field(default_factory=dict)
+    pads: list[bool] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for name in self.names:
+            self.fields.setdefault(name, [])
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def extend(self, keys: Sequence[str], fields: dict[str, list[bytes]], pads: bool | list[bool]) -> None:
+        self.keys += keys
+        for name in self.names:
+            self.fields[name] += fields[name]
+        self.pads += [pads] * len(keys) if isinstance(pads, bool) else pads
+
+    def take(self, order: Sequence[int]) -> Columns:
+        """The samples at ``order``, as new columns."""
+        keys, pads = self.keys, self.pads
+        taken = Columns(self.names, [keys[i] for i in order], {}, [pads[i] for i in order])
+        for name in self.names:
+            column = self.fields[name]
+            taken.fields[name] = [column[i] for i in order]
+        return taken
+
+    def samples(self) -> Iterator[Sample]:
+        """One dict per sample, as the per-sample path yields them."""
+        names, fields = self.names, self.fields
+        for i, key in enumerate(self.keys):
+            sample: Sample = {name: fields[name][i] for name in names}
+            sample["__key__"] = key
+            sample["__pad__"] = self.pads[i]
+            yield sample
+
+
+def samples_to_columns(names: tuple[str, ...], samples: Iterable[tuple[str, dict[str, bytes]]]) -> Columns:
+    """Columns from a reader's ``(key, fields)`` pairs; a sample lacking a field has no place in them."""
+    columns = Columns(names)
+    keys, fields = columns.keys, columns.fields
+    for key, sample in samples:
+        keys.append(key)
+        for name in names:
+            fields[name].append(sample[name])
+    return columns
+
+
+def batches(windows: Iterable[Columns], batch_size: int) -> Iterator[Batch]:
+    """Cut consecutive windows (already in yield order) into batches of ``batch_size``; the last may be
+    shorter. A batch may span two windows, exactly as the DataLoader's own batching would."""
+    carry: Columns | None = None
+    for window in windows:
+        if carry is not None and len(carry):
+            carry.extend(window.keys, window.fields, window.pads)
+            window = carry
+        start = 0
+        while len(window) - start >= batch_size:
+            yield to_batch(window, start, start + batch_size)
+            start += batch_size
+        carry = window.take(range(start, len(window)))
+    if carry is not None and len(carry):
+        yield to_batch(carry, 0, len(carry))
+
+
+def to_batch(columns: Columns, start: int, stop: int) -> Batch:
+    batch = Batch()
+    batch["__key__"] = columns.keys[start:stop]
+    for name in columns.names:
+        batch[name] = RaggedBytes.from_list(columns.fields[name][start:stop])
+    batch["__pad__"] = torch.from_numpy(np.array(columns.pads[start:stop], dtype=bool))
+    return batch
