@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shardpipe.errors import DataError, UsageError
-from shardpipe.sources import split_key
-from shardpipe.split import assign_splits, cut_runs, cut_shards, parse_size, parse_split
+from shardpipe.plan import cut_runs, cut_shards, parse_size
+from shardpipe.split import assign_splits, parse_split, split_key
 
 
 @pytest.mark.parametrize(

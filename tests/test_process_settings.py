@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from shardpipe.tuning import start_writeback
 
 _CHURN = """
