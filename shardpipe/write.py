@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 from shardpipe.atomic import publish, start_writeback, temp_path, write_bytes_atomic
@@ -72,16 +73,16 @@ def write_shard(job: ShardJob, root: Path, format_name: str) -> ShardEntry:
     return ShardEntry(job.relpath, len(samples), final.stat().st_size, sha256, index_path, index_sha256)
 
 
-_buffer = bytearray()
+_local = threading.local()  # one buffer per thread: an executor may run shards on threads
 
 
 def _read_buffer(size: int) -> memoryview:
-    """This process's read buffer, grown to ``size`` bytes: every shard the process writes reuses it, so
+    """This thread's read buffer, grown to ``size`` bytes: every shard the thread writes reuses it, so
     its pages are allocated and faulted in once, not once per shard."""
-    global _buffer
-    if len(_buffer) < size:
-        _buffer = bytearray(size)
-    return memoryview(_buffer)[:size]
+    buffer: bytearray | None = getattr(_local, "buffer", None)
+    if buffer is None or len(buffer) < size:
+        buffer = _local.buffer = bytearray(size)
+    return memoryview(buffer)[:size]
 
 
 def _load(batch: SampleTable, buffer: memoryview, shard: str) -> list[list[bytes | memoryview]]:
