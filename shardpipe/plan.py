@@ -126,11 +126,16 @@ def hashed_order(keys: Sequence[str], seed: int) -> list[int]:
     Each key's place depends only on (seed, key), so adding keys never changes the relative order of the
     others.
     """
-    digests = b"".join(
-        hashlib.blake2b(f"{seed}:{key}".encode(), digest_size=8, person=_ORDER_PERSON).digest()
-        for key in keys
-    )
-    hashes = np.frombuffer(digests, dtype=">u8")
+    encoded = "\0".join(keys).encode().split(b"\0")  # one encode for all keys
+    if len(encoded) != len(keys):  # a key holding NUL (possible in a file list): encode one by one
+        encoded = [key.encode() for key in keys]
+    base = hashlib.blake2b(f"{seed}:".encode(), digest_size=8, person=_ORDER_PERSON)
+    digests = []
+    for key in encoded:
+        state = base.copy()  # cheaper than a fresh personalised hash per key
+        state.update(key)
+        digests.append(state.digest())
+    hashes = np.frombuffer(b"".join(digests), dtype=">u8")
     order: list[int] = np.argsort(hashes, kind="stable").tolist()
     return order
 

@@ -169,3 +169,17 @@ def test_parse_size() -> None:
     for bad in ["", "12XB", "-5MB", "0"]:
         with pytest.raises(UsageError):
             parse_size(bad)
+
+
+def test_hashed_order_is_the_documented_hash_even_for_keys_holding_nul() -> None:
+    import hashlib
+
+    keys = sorted(["a", "b\0c", "d", "é/1", "z"])
+    expected = sorted(
+        range(len(keys)),
+        key=lambda row: hashlib.blake2b(
+            f"7:{keys[row]}".encode(), digest_size=8, person=b"shardpipe-order"
+        ).digest(),
+    )
+    assert hashed_order(keys, seed=7) == expected
+    assert hashed_order([], seed=7) == []
