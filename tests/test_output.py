@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shardpipe.errors import UsageError
-from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, sha256_file, write_manifest
+from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, load_manifest, sha256_file, write_manifest
 from shardpipe.output import (
     JOURNAL_NAME,
     Job,
@@ -156,3 +156,12 @@ def test_overwrite_removes_only_what_a_pack_writes(tmp_path: Path) -> None:
     assert left == ["mine.txt", "train", "train/notes.txt"]
     prepared = prepare_output(tmp_path, JOB, resume=False, overwrite=True)
     assert prepared.finished == {} and (tmp_path / JOURNAL_NAME).exists()
+
+
+def test_dataset_of_an_older_shardpipe_reads_and_resume_says_why_it_refuses(tmp_path: Path) -> None:
+    manifest = _manifest(tmp_path, {})
+    data = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    assert "job" not in data and "order" not in data  # what an older shardpipe wrote
+    assert load_manifest(tmp_path) == manifest and manifest.order == {}
+    with pytest.raises(JobMismatchError, match="older shardpipe recorded no options"):
+        prepare_output(tmp_path, JOB, resume=True, overwrite=False)
