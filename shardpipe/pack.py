@@ -10,7 +10,7 @@ uses a local process pool of ``options.workers`` processes, or this process when
 other executor (a cluster engine's) may be passed instead. The contract an executor must honour, and
 that this code keeps for it:
 
-* Two kinds of task are submitted: ``shardpipe.sources._scan_names(chunk)`` (list one folder's names) and
+* Two kinds of task are submitted: ``shardpipe.sources.scan_names(chunk)`` (list one folder's names) and
   ``shardpipe.write.write_shard(job, out, format_name)`` (write one shard). Both are module-level
   functions; their arguments and results (tuples, lists, ``str``, ``Path``, ``ShardJob``,
   ``ShardEntry``) and their errors (``shardpipe.errors`` types) pickle.

@@ -81,7 +81,7 @@ def scan_tree(
     """Group the files under ``root`` by key; return the groups, class names and ignored-file count.
 
     This process only lists folders (``os.listdir``, no per-entry Python); chunks of names are typed,
-    sized and grouped by :func:`_scan_names`, on ``pool`` when given: the ``stat`` calls are most of a
+    sized and grouped by :func:`scan_names`, on ``pool`` when given: the ``stat`` calls are most of a
     scan, and a pool spreads them over the pack's workers while this process merges finished chunks
     and lists the subfolders they report. Like ``os.walk``: hidden names are skipped, symlinked folders
     are not entered, unreadable folders are passed over.
@@ -107,9 +107,9 @@ def scan_tree(
         for i in range(0, len(names), _CHUNK):
             chunk = (folder, relfolder, names[i : i + _CHUNK])
             if pool is None:
-                merge(_scan_names(chunk))
+                merge(scan_names(chunk))
             else:
-                pending.add(pool.submit(_scan_names, chunk))
+                pending.add(pool.submit(scan_names, chunk))
 
     base = str(root)
     visit(base if base.endswith("/") else base + "/", "")
@@ -130,7 +130,7 @@ ScannedChunk = tuple[Grouped, str, str, list[str], int]
 """A scanned chunk of one folder: its groups, the folder and relative folder, subfolders, ignored files."""
 
 
-def _scan_names(chunk: tuple[str, str, list[str]]) -> ScannedChunk:
+def scan_names(chunk: tuple[str, str, list[str]]) -> ScannedChunk:
     """Type, size and group names of one folder, by ``stat`` relative to the open folder (cheaper than
     resolving full paths). A file's key is the relative folder plus its name up to the first dot
     (``shardpipe.split.split_key``); a file with no dot is ignored; a symlink counts as what it points to."""

@@ -185,7 +185,9 @@ def test_resume_of_a_finished_pack_is_a_no_op_and_another_job_is_refused(tmp_pat
     assert tree_files(out) == before
 
 
-def test_file_changed_after_the_scan_names_overwrite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_file_changed_after_the_scan_is_named_with_overwrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from shardpipe import write
 
     make_tree(tmp_path / "src", 4)
