@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -131,6 +132,37 @@ def test_pack_is_reproducible_across_runs_worker_counts_and_executors(tmp_path: 
         outs.append(tree_files(tmp_path / f"{fmt}-threads"))
         assert outs[0] == outs[1] == outs[2], fmt
         assert len(outs[0]) > 4  # several shards, so the executors really ran several tasks
+
+
+class PicklingExecutor(ThreadPoolExecutor):
+    """An executor that, like a cluster engine, ships every task and result through pickle."""
+
+    def __init__(self) -> None:
+        super().__init__(2)
+        self.tasks: list[str] = []
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def, override]
+        assert fn.__qualname__ == fn.__name__, "a task must be a module-level function"
+        self.tasks.append(f"{fn.__module__}.{fn.__name__}")
+        shipped = pickle.loads(pickle.dumps((fn, args, kwargs)))
+        return super().submit(_round_trip, *shipped)
+
+
+def _round_trip(fn, args, kwargs):  # type: ignore[no-untyped-def]
+    return pickle.loads(pickle.dumps(fn(*args, **kwargs)))
+
+
+def test_an_executor_runs_the_scan_and_the_writes_through_pickle(tmp_path: Path) -> None:
+    make_tree(tmp_path / "src", 40, classes=4)
+    options = PackOptions(format="lmdb", max_samples=6, labels="dirname")
+    local = pack(tmp_path / "src", tmp_path / "local", options, quiet=True)
+    with PicklingExecutor() as executor:
+        shipped = pack(tmp_path / "src", tmp_path / "shipped", options, quiet=True, executor=executor)
+    assert executor.tasks.count("shardpipe.sources.scan_names") == 5  # the top folder and 4 class folders
+    assert executor.tasks.count("shardpipe.write.write_shard") == 7
+    assert set(executor.tasks) == {"shardpipe.sources.scan_names", "shardpipe.write.write_shard"}
+    assert shipped.manifest == local.manifest
+    assert tree_files(tmp_path / "shipped") == tree_files(tmp_path / "local")
 
 
 def test_order_sorted_keeps_key_order_and_is_recorded(tmp_path: Path) -> None:
