@@ -6,10 +6,14 @@ directory entry is synced so the rename itself survives a crash.
 
 from __future__ import annotations
 
+import ctypes
 import os
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 TEMP_MARK = ".tmp-"
+_SYNC_FILE_RANGE_WRITE = 2
 
 
 def temp_path(final: Path) -> Path:
@@ -21,6 +25,22 @@ def fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def start_writeback(path: os.PathLike[str] | str) -> None:
+    """Ask the kernel to start writing ``path``'s dirty pages to disk now, without waiting.
+
+    Called before a shard is checksummed: the write-back overlaps the checksum pass, so the fsync in
+    :func:`publish` waits for little. Linux only (through ``ctypes``); elsewhere it does nothing.
+    """
+    sync_file_range = getattr(libc(), "sync_file_range", None)
+    if sync_file_range is None:
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        sync_file_range(fd, ctypes.c_int64(0), ctypes.c_int64(0), ctypes.c_uint(_SYNC_FILE_RANGE_WRITE))
     finally:
         os.close(fd)
 
@@ -46,3 +66,12 @@ def sweep_temporaries(root: Path) -> int:
             path.unlink()
             removed += 1
     return removed
+
+
+@cache
+def libc() -> Any:
+    """This process's C library through ``ctypes``, or ``None`` where it cannot be loaded."""
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None

@@ -1,6 +1,7 @@
 """The ``shardpipe`` command: parses options, calls the library, turns its errors into exit codes.
 
-Exit codes: 0 success, 1 a data problem (named file and position), 2 a usage problem.
+Exit codes: 0 success, 1 a data problem (named file and position), 2 a usage problem. The library's
+errors speak of options by their meaning; this module adds the flags that fix them (:func:`_with_flags`).
 """
 
 from __future__ import annotations
@@ -28,11 +29,38 @@ def _errors_to_exit_codes(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except UsageError as exc:
-            raise click.UsageError(str(exc)) from exc
+            raise click.UsageError(_with_flags(exc)) from exc
         except DataError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(_with_flags(exc)) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+def _with_flags(exc: Exception) -> str:
+    """The library's message, plus the command-line flags that resolve it where there are some."""
+    from shardpipe.output import JobMismatchError, OutputNotEmptyError
+    from shardpipe.plan import SampleTooLargeError
+    from shardpipe.sources import IncompleteSamplesError
+    from shardpipe.write import SourceFileError
+
+    hint = ""
+    if isinstance(exc, OutputNotEmptyError):
+        hint = "use --overwrite to replace it"
+        if exc.holds_dataset:
+            hint += ", or --resume to finish (or confirm) the same pack"
+    elif isinstance(exc, JobMismatchError):
+        hint = "rerun with the original options and source, or use --overwrite to replace it"
+    elif isinstance(exc, SampleTooLargeError):
+        hint = "raise --max-bytes"
+    elif isinstance(exc, IncompleteSamplesError):
+        hint = "fix the source or pass --skip-incomplete to leave them out"
+    elif isinstance(exc, SourceFileError):
+        hint = (
+            "rerun the pack with --overwrite"
+            if exc.changed
+            else "fix the file and rerun with --resume, or remove it and rerun with --overwrite"
+        )
+    return f"{exc}; {hint}" if hint else str(exc)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -47,7 +75,7 @@ def main() -> None:
       shardpipe inspect data/
     The loaders (`import loaders`) read data/manifest.json in DDP training.
     """
-    from shardpipe.tuning import single_threaded_blas
+    from shardpipe.process_settings import single_threaded_blas
 
     single_threaded_blas()  # before any command imports numpy
 
@@ -68,7 +96,17 @@ def main() -> None:
     metavar="NAME=FRAC,...",
     help="Seeded split by key hash, e.g. train=0.9,val=0.1. Default: one split 'train'.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the split hash.")
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the split hash and of the hashed order."
+)
+@click.option(
+    "--order",
+    type=click.Choice(["hashed", "sorted"]),
+    default="hashed",
+    show_default=True,
+    help="Sample order within a split: 'hashed' by a seeded hash of the key (shards mix classes even when "
+    "the tree is laid out by class), 'sorted' by key (neighbours stay together).",
+)
 @click.option("--max-samples", type=click.IntRange(min=1), help="Most samples per shard.")
 @click.option(
     "--max-bytes",
@@ -97,15 +135,18 @@ def main() -> None:
 )
 @click.option("--skip-incomplete", is_flag=True, help="Leave out samples missing a field the others have.")
 @click.option(
-    "--resume", is_flag=True, help="Continue an interrupted pack: keep finished shards, redo the rest."
+    "--resume",
+    is_flag=True,
+    help="Continue an interrupted pack of the same job: keep finished shards, redo the rest. On a finished "
+    "pack of the same job, do nothing; of another job, refuse saying what differs.",
 )
-@click.option("--overwrite", is_flag=True, help="Replace a dataset already in OUT.")
+@click.option("--overwrite", is_flag=True, help="Replace a dataset already in OUT (only shardpipe's files).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @_errors_to_exit_codes
 def pack(
-    src: Path, out: Path, format_name: str, split_spec: str | None, seed: int, max_samples: int | None,
-    max_bytes: str, workers: int, labels: str | None, literal_fields: str, skip_incomplete: bool,
-    resume: bool, overwrite: bool, quiet: bool,
+    src: Path, out: Path, format_name: str, split_spec: str | None, seed: int, order: str,
+    max_samples: int | None, max_bytes: str, workers: int, labels: str | None, literal_fields: str,
+    skip_incomplete: bool, resume: bool, overwrite: bool, quiet: bool,
 ) -> None:  # fmt: skip
     """Pack SRC (a folder tree, or a .csv/.jsonl/.parquet file list) into shards in OUT.
 
@@ -117,14 +158,18 @@ def pack(
     """
     from shardpipe.pack import PackOptions
     from shardpipe.pack import pack as run_pack
-    from shardpipe.split import parse_size, parse_split
-    from shardpipe.tuning import keep_freed_memory
+    from shardpipe.plan import parse_size
+    from shardpipe.process_settings import keep_freed_memory
+    from shardpipe.split import parse_split
 
-    keep_freed_memory()  # this process is a pack: see tuning
+    if resume and overwrite:
+        raise click.UsageError("--resume and --overwrite contradict each other; choose one")
+    keep_freed_memory()  # this process is a pack: see process_settings
     options = PackOptions(
         format=format_name,
         split=parse_split(split_spec),
         seed=seed,
+        order=order,
         max_samples=max_samples,
         max_bytes=None if max_bytes.lower() == "none" else parse_size(max_bytes),
         workers=workers,
@@ -135,6 +180,9 @@ def pack(
         overwrite=overwrite,
     )
     result = run_pack(src, out, options, quiet=quiet)
+    if result.already_complete:
+        click.echo(f"already complete: {result.num_reused} shards ({out / 'manifest.json'})")
+        return
     _echo_splits(result.manifest, out)
     if result.num_reused:
         click.echo(f"resumed: kept {result.num_reused} finished shard(s), wrote {result.num_written}")
@@ -169,7 +217,7 @@ def verify(dataset: Path, quiet: bool) -> None:
 @_errors_to_exit_codes
 def inspect(dataset: Path, as_json: bool) -> None:
     """Show DATASET's splits, shards, samples, bytes, fields and the spread of shard sizes."""
-    from shardpipe.summary import render, summarize
+    from shardpipe.inspection import render, summarize
 
     summary = summarize(dataset)
     click.echo(json.dumps(summary, indent=1) if as_json else render(summary))

@@ -66,6 +66,10 @@ class Manifest:
     classes: tuple[str, ...] | None = None
     shard_limits: dict[str, Any] = field(default_factory=dict)
     shardpipe_version: str = __version__
+    order: dict[str, Any] = field(default_factory=dict)
+    """How samples are ordered within a split (method, and the seed of a hashed order)."""
+    job: dict[str, Any] = field(default_factory=dict)
+    """The pack job (fingerprint, output-shaping options, source) that a resume compares against."""
 
     def split_shards(self, split: str) -> tuple[ShardEntry, ...]:
         if split not in self.splits:
@@ -82,6 +86,8 @@ class Manifest:
             "source": self.source,
             "split_rule": self.split_rule,
             "shard_limits": self.shard_limits,
+            **({"order": self.order} if self.order else {}),
+            **({"job": self.job} if self.job else {}),
             "splits": {
                 name: {
                     "samples": sum(s.num_samples for s in shards),
@@ -119,6 +125,8 @@ class Manifest:
             classes=tuple(data["classes"]) if data.get("classes") is not None else None,
             shard_limits=data.get("shard_limits", {}),
             shardpipe_version=data.get("shardpipe_version", "unknown"),
+            order=data.get("order", {}),
+            job=data.get("job", {}),
         )
 
 

@@ -24,11 +24,10 @@ from shardpipe.errors import DataError, UsageError
 
 @dataclass(frozen=True, slots=True)
 class SampleTable:
-    """Samples as columns, one row per sample in key order.
+    """Samples as columns, one row per sample (in key order as scanned; the plan may reorder them).
 
     Columns rather than one object per sample, because the pack stage splits, cuts, hashes and sends the
-    samples to worker processes: a list of strings pickles in one C loop (measured 80 ms -> a few ms for a
-    shard of 7,500 samples).
+    samples to worker processes: a list of strings pickles in one C loop, a list of objects does not.
     """
 
     keys: list[str]
@@ -48,13 +47,17 @@ class SampleTable:
         return np.asarray(self.sizes.sum(axis=1))
 
     def take(self, rows: slice | list[int]) -> SampleTable:
-        """The samples at ``rows`` (a slice, or ascending indices), as a table of their own."""
+        """The samples at ``rows`` (a slice, or a list of indices in the order wanted), as a table."""
         if isinstance(rows, slice):
             return SampleTable(
                 self.keys[rows], self.fields, [c[rows] for c in self.columns], self.sizes[rows]
             )
         columns = [[column[i] for i in rows] for column in self.columns]
         return SampleTable([self.keys[i] for i in rows], self.fields, columns, self.sizes[rows])
+
+
+class IncompleteSamplesError(DataError):
+    """Some samples lack a field the others have, and the scan was not asked to skip them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,23 +75,13 @@ dataset has a few fields and many keys (no dict per sample)."""
 _CHUNK = 4096  # files per scan task: big enough to amortize a task, small enough to spread
 
 
-def split_key(relpath: str) -> tuple[str, str] | None:
-    """``"a/0001.seg.png"`` -> ``("a/0001", "seg.png")``; ``None`` when the name has no extension.
-
-    webdataset's rule (``base_plus_ext``): the key ends at the first dot of the file name.
-    """
-    folder, slash, name = relpath.rpartition("/")
-    base, dot, field = name.partition(".")
-    return (folder + slash + base, field) if dot and base else None
-
-
 def scan_tree(
     root: Path, *, labels: str | None = None, pool: Executor | None = None
 ) -> tuple[Grouped, tuple[str, ...] | None, int]:
     """Group the files under ``root`` by key; return the groups, class names and ignored-file count.
 
     This process only lists folders (``os.listdir``, no per-entry Python); chunks of names are typed,
-    sized and grouped by :func:`_scan_names`, on ``pool`` when given: the ``stat`` calls are most of a
+    sized and grouped by :func:`scan_names`, on ``pool`` when given: the ``stat`` calls are most of a
     scan, and a pool spreads them over the pack's workers while this process merges finished chunks
     and lists the subfolders they report. Like ``os.walk``: hidden names are skipped, symlinked folders
     are not entered, unreadable folders are passed over.
@@ -114,9 +107,9 @@ def scan_tree(
         for i in range(0, len(names), _CHUNK):
             chunk = (folder, relfolder, names[i : i + _CHUNK])
             if pool is None:
-                merge(_scan_names(chunk))
+                merge(scan_names(chunk))
             else:
-                pending.add(pool.submit(_scan_names, chunk))
+                pending.add(pool.submit(scan_names, chunk))
 
     base = str(root)
     visit(base if base.endswith("/") else base + "/", "")
@@ -129,7 +122,7 @@ def scan_tree(
     if labels == "dirname":
         classes = _add_dirname_labels(root, grouped)
     elif labels is not None:
-        raise UsageError(f"--labels {labels!r} is not supported; the only choice is 'dirname'")
+        raise UsageError(f"labels={labels!r} is not supported; the only choice is 'dirname'")
     return grouped, classes, ignored
 
 
@@ -137,10 +130,10 @@ ScannedChunk = tuple[Grouped, str, str, list[str], int]
 """A scanned chunk of one folder: its groups, the folder and relative folder, subfolders, ignored files."""
 
 
-def _scan_names(chunk: tuple[str, str, list[str]]) -> ScannedChunk:
+def scan_names(chunk: tuple[str, str, list[str]]) -> ScannedChunk:
     """Type, size and group names of one folder, by ``stat`` relative to the open folder (cheaper than
     resolving full paths). A file's key is the relative folder plus its name up to the first dot
-    (``split_key``); a file with no dot is ignored; a symlink counts as what it points to."""
+    (``shardpipe.split.split_key``); a file with no dot is ignored; a symlink counts as what it points to."""
     folder, relfolder, names = chunk
     names = sorted(names)  # keys come back in sorted runs, which the final sort merges cheaply
     grouped: Grouped = {}
@@ -178,13 +171,13 @@ def _scan_names(chunk: tuple[str, str, list[str]]) -> ScannedChunk:
 def _add_dirname_labels(root: Path, grouped: Grouped) -> tuple[str, ...]:
     if "cls" in grouped:
         raise DataError(
-            f"--labels dirname would overwrite the existing file {next(iter(grouped['cls'].values()))[0]!s}"
+            f"labels='dirname' would overwrite the existing file {next(iter(grouped['cls'].values()))[0]!s}"
         )
     keys = {key for samples in grouped.values() for key in samples}
     top_level = sorted(key for key in keys if "/" not in key)
     if top_level:
         raise DataError(
-            f"--labels dirname needs every file inside a class folder, but {root / top_level[0]}.* "
+            f"labels='dirname' needs every file inside a class folder, but {root / top_level[0]}.* "
             f"(and {len(top_level) - 1} more) sit at the top level of {root}"
         )
     classes = tuple(sorted({key.split("/", 1)[0] for key in keys}))
@@ -207,7 +200,7 @@ def scan_file_list(list_path: Path, *, literal_fields: Iterable[str] = ()) -> Gr
     literal = set(literal_fields)
     unknown = literal - set(columns)
     if unknown:
-        raise UsageError(f"--literal names {', '.join(sorted(unknown))}, not columns of {list_path}")
+        raise UsageError(f"literal fields {', '.join(sorted(unknown))} are not columns of {list_path}")
     base = list_path.parent
     grouped: Grouped = {}
     seen: set[str] = set()
@@ -284,7 +277,7 @@ def scan_source(
         grouped, classes, ignored = scan_tree(src, labels=labels, pool=pool)
     else:
         if labels is not None:
-            raise UsageError("--labels applies to a directory tree; a file list carries its own label column")
+            raise UsageError("labels apply to a directory tree; a file list carries its own label column")
         grouped = scan_file_list(src, literal_fields=literal_fields)
     if not grouped:
         raise DataError(f"source {src} holds no samples (files named <key>.<field>, e.g. 0001.jpg)")
@@ -296,9 +289,8 @@ def scan_source(
     if skipped and not skip_incomplete:
         example = min(every_key - complete)
         missing = [name for name in fields if example not in grouped[name]]
-        raise DataError(
-            f"{skipped} sample(s) lack fields the others have, e.g. {example!r} has no "
-            f"{', '.join(missing)}; fix the source or pass --skip-incomplete to leave them out"
+        raise IncompleteSamplesError(
+            f"{skipped} sample(s) lack fields the others have, e.g. {example!r} has no {', '.join(missing)}"
         )
     if not keys:
         raise DataError(f"no sample in {src} has all fields {', '.join(fields)}")

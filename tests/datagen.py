@@ -34,9 +34,20 @@ def make_tree(
 
 
 def pack_dataset(
-    root: Path, fmt: str, num_samples: int, *, max_samples: int = 7, split: str | None = None, **tree: object
+    root: Path,
+    fmt: str,
+    num_samples: int,
+    *,
+    max_samples: int = 7,
+    split: str | None = None,
+    order: str = "sorted",
+    **tree: object,
 ) -> Path:
-    """Pack a synthetic tree (``make_tree``) into ``root/<fmt>``; return the dataset folder."""
+    """Pack a synthetic tree (``make_tree``) into ``root/<fmt>``; return the dataset folder.
+
+    ``order="sorted"`` by default, unlike ``shardpipe pack``: the loader tests read packs whose order is
+    the key order, so an unshuffled read can be checked against ``sorted(keys)``.
+    """
     from shardpipe.pack import PackOptions, pack
     from shardpipe.split import parse_split
 
@@ -44,7 +55,9 @@ def pack_dataset(
     if not src.exists():
         make_tree(src, num_samples, **tree)  # type: ignore[arg-type]
     out = root / fmt
-    options = PackOptions(format=fmt, split=parse_split(split), max_samples=max_samples, labels="dirname")
+    options = PackOptions(
+        format=fmt, split=parse_split(split), order=order, max_samples=max_samples, labels="dirname"
+    )
     pack(src, out, options, quiet=True)
     return out
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from shardpipe import sources
-from shardpipe.errors import DataError
-from shardpipe.sources import Scan, scan_source
+from shardpipe.errors import DataError, UsageError
+from shardpipe.sources import IncompleteSamplesError, Scan, scan_source
 from tests.datagen import make_tree
 
 
@@ -58,7 +58,6 @@ def test_pool_scan_equals_serial_scan_and_walks_like_os_walk(
             path = serial.table.columns[j][i]
             assert isinstance(path, str) and Path(path).read_bytes() == complete[key][name]
             assert serial.table.sizes[i, j] == len(complete[key][name])
-    np.testing.assert_array_equal(serial.table.num_bytes, serial.table.sizes.sum(axis=1))
 
 
 def test_dirname_labels_and_table_rows(tmp_path: Path) -> None:
@@ -80,33 +79,29 @@ def test_broken_symlink_is_named(tmp_path: Path) -> None:
         scan_source(tmp_path / "src")
 
 
-def test_file_changed_since_the_scan_is_named(tmp_path: Path) -> None:
-    from shardpipe.pack import PackOptions, plan_jobs, write_shard
-
-    make_tree(tmp_path / "src", 4)
-    options = PackOptions(format="tar")
-    (job,) = plan_jobs(scan_source(tmp_path / "src").table, ".tar", options)
-    with (tmp_path / "src" / "cls1" / "00001.txt").open("ab") as grown:
-        grown.write(b"more")
-    with pytest.raises(DataError, match=r"00001\.txt changed while packing: scanned 101 bytes, read 102"):
-        write_shard(job, tmp_path / "out", "tar")
-    assert not list((tmp_path / "out").rglob("*.tar*"))
+def test_incomplete_samples_are_an_error_unless_skipped(tmp_path: Path) -> None:
+    make_tree(tmp_path / "src", 6)
+    (tmp_path / "src" / "cls1" / "00004.txt").unlink()
+    with pytest.raises(IncompleteSamplesError, match=r"1 sample\(s\).*'cls1/00004' has no txt"):
+        scan_source(tmp_path / "src")
+    scan = scan_source(tmp_path / "src", skip_incomplete=True)
+    assert scan.num_skipped_incomplete == 1 and "cls1/00004" not in scan.table.keys
+    assert scan.table.num_bytes.tolist() == [200 + 2 * (int(key[-5:]) % 7) for key in scan.table.keys]
 
 
-def test_fingerprint_follows_paths_values_and_sizes(tmp_path: Path) -> None:
-    from shardpipe.pack import PackOptions, fingerprint, plan_jobs
-
-    make_tree(tmp_path / "src", 6, fields=("bin",))
-    options = PackOptions(format="tar", labels="dirname")
-    table = scan_source(tmp_path / "src", labels="dirname").table
-
-    def print_of(columns: list[list[str | bytes]], sizes: np.ndarray) -> str:
-        changed = sources.SampleTable(table.keys, table.fields, columns, sizes)
-        return fingerprint(plan_jobs(changed, ".tar", options), options)
-
-    original = print_of(table.columns, table.sizes)
-    assert original == fingerprint(plan_jobs(table, ".tar", options), options)
-    paths, labels = table.columns
-    assert print_of([[*paths[:-1], paths[-1] + "x"], labels], table.sizes) != original
-    assert print_of([paths, [*labels[:-1], b"9"]], table.sizes) != original
-    assert print_of(table.columns, table.sizes + 1) != original
+def test_file_list_rows_become_samples(tmp_path: Path) -> None:
+    (tmp_path / "a.bin").write_bytes(b"abc")
+    rows = [
+        '{"key": "s1", "bin": "a.bin", "cls": 3, "ok": true, "txt": "hi"}',
+        '{"key": "s0", "bin": "a.bin", "cls": 1, "ok": false, "txt": "yo"}',
+    ]
+    (tmp_path / "list.jsonl").write_text("\n".join(rows) + "\n")
+    scan = scan_source(tmp_path / "list.jsonl", literal_fields=("txt",))
+    table = scan.table
+    assert table.keys == ["s0", "s1"] and table.fields == ("bin", "cls", "ok", "txt")
+    assert [column[0] for column in table.columns] == [str(tmp_path / "a.bin"), b"1", b"0", b"yo"]
+    assert table.sizes[0].tolist() == [3, 1, 1, 2]
+    with pytest.raises(UsageError, match="caption"):
+        scan_source(tmp_path / "list.jsonl", literal_fields=("caption",))
+    with pytest.raises(UsageError, match="labels apply to a directory tree"):
+        scan_source(tmp_path / "list.jsonl", labels="dirname")

@@ -1,13 +1,11 @@
+"""Where a key ends, and which split a key belongs to."""
+
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from shardpipe.errors import DataError, UsageError
-from shardpipe.sources import split_key
-from shardpipe.split import assign_splits, cut_runs, cut_shards, parse_size, parse_split
+from shardpipe.errors import UsageError
+from shardpipe.split import assign_splits, parse_split, split_key
 
 
 @pytest.mark.parametrize(
@@ -51,47 +49,3 @@ def test_split_is_stable_when_files_are_added() -> None:
     assert abs(sizes["train"] - 0.8) < 0.03 and abs(sizes["val"] - 0.1) < 0.02
     other_seed = assign_splits(keys[:2000], fractions, seed=8)
     assert other_seed["val"] != before["val"]
-
-
-@given(
-    st.lists(st.integers(0, 50), min_size=0, max_size=60),
-    st.one_of(st.none(), st.integers(1, 7)),
-    st.one_of(st.none(), st.integers(50, 200)),
-)
-def test_cut_shards_respects_limits_and_order(
-    sizes: list[int], max_samples: int | None, max_bytes: int | None
-) -> None:
-    num_bytes = np.array(sizes, dtype=np.int64)
-    runs = cut_shards(
-        [f"{i:04d}" for i in range(len(sizes))], num_bytes, max_samples=max_samples, max_bytes=max_bytes
-    )
-    assert [i for run in runs for i in range(len(sizes))[run]] == list(range(len(sizes)))
-    for i, run in enumerate(runs):
-        count, total = run.stop - run.start, int(num_bytes[run].sum())
-        assert count > 0
-        assert max_samples is None or count <= max_samples
-        assert max_bytes is None or total <= max_bytes
-        if i + 1 < len(runs):  # a shard is cut only when the next sample would not fit
-            assert (max_samples is not None and count == max_samples) or (
-                max_bytes is not None and total + int(num_bytes[run.stop]) > max_bytes
-            )
-
-
-def test_sample_larger_than_max_bytes_is_an_error() -> None:
-    with pytest.raises(DataError, match=r"'big'.*more than --max-bytes"):
-        cut_shards(["small", "big"], np.array([10, 1000]), max_samples=None, max_bytes=999)
-
-
-def test_cut_runs_gives_an_oversized_sample_a_run_of_its_own() -> None:
-    runs = cut_runs(np.array([5, 1000, 5, 5]), max_samples=None, max_bytes=10)
-    assert runs == [slice(0, 1), slice(1, 2), slice(2, 4)]
-
-
-def test_parse_size() -> None:
-    assert parse_size("256MB") == 256_000_000
-    assert parse_size("64KiB") == 65536
-    assert parse_size("1000") == 1000
-    assert parse_size("1.5GB") == 1_500_000_000
-    for bad in ["", "12XB", "-5MB", "0"]:
-        with pytest.raises(UsageError):
-            parse_size(bad)

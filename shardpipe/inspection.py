@@ -1,4 +1,7 @@
-"""``shardpipe inspect``: what a packed dataset holds, and how even its shards are."""
+"""``shardpipe inspect``: what a packed dataset holds, and how even its shards are.
+
+Named ``inspection`` so that it does not shadow the standard library's ``inspect``.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ def summarize(root: Path) -> dict[str, Any]:
         "fields": list(manifest.fields),
         "classes": list(manifest.classes) if manifest.classes is not None else None,
         "split_rule": manifest.split_rule,
+        "order": manifest.order or None,
         "source": manifest.source,
         "shardpipe_version": manifest.shardpipe_version,
         "fingerprint": manifest.fingerprint(),
@@ -43,6 +47,9 @@ def render(summary: dict[str, Any]) -> str:
         classes = summary["classes"]
         shown = ", ".join(classes[:12]) + (f", … ({len(classes)} in all)" if len(classes) > 12 else "")
         lines.append(f"classes: {shown}")
+    if summary.get("order"):
+        order = summary["order"]
+        lines.append(f"order: {order['method']}" + (f" (seed {order['seed']})" if "seed" in order else ""))
     header = (
         f"{'split':<10} {'shards':>7} {'samples':>12} {'MB':>10}   samples/shard min/median/max   MB/shard"
     )

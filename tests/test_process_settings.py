@@ -1,4 +1,4 @@
-"""The pack processes' Linux tuning: what each call changes, measured where it can be."""
+"""The settings a pack process applies to itself: what each changes, observed where it can be."""
 
 from __future__ import annotations
 
@@ -10,11 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from shardpipe.tuning import start_writeback
-
 _CHURN = """
 import resource, sys
-from shardpipe.tuning import keep_freed_memory
+from shardpipe.process_settings import keep_freed_memory
 if sys.argv[1] == "tuned":
     keep_freed_memory()
 def faults():
@@ -38,15 +36,6 @@ def test_keep_freed_memory_stops_refaulting_freed_chunks() -> None:
     default, tuned = faults("default"), faults("tuned")
     assert default > 4 * 4000  # each round faults its 16 MiB (4,096 pages) in again
     assert tuned < default / 4
-
-
-def test_start_writeback_leaves_content_alone(tmp_path: Path) -> None:
-    path = tmp_path / "shard"
-    path.write_bytes(b"x" * 100_000)
-    start_writeback(path)
-    assert path.read_bytes() == b"x" * 100_000
-    with pytest.raises(FileNotFoundError):
-        start_writeback(tmp_path / "missing")
 
 
 _CLI_THREADS = """
@@ -78,7 +67,7 @@ def test_cli_keeps_openblas_from_starting_threads(tmp_path: Path) -> None:
 def test_pausing_gc_restores_the_collector_as_it_found_it() -> None:
     import gc
 
-    from shardpipe.tuning import pausing_gc
+    from shardpipe.process_settings import pausing_gc
 
     assert gc.isenabled()
     with pytest.raises(RuntimeError), pausing_gc():

@@ -1,0 +1,125 @@
+"""Writing one shard: the unit of work any executor runs, its result the shard's manifest entry.
+
+:func:`write_shard` takes a planned :class:`~shardpipe.plan.ShardJob` and writes it under a temporary
+name, writes its index, checksums the shard and renames it into place, then returns its
+:class:`~shardpipe.manifest.ShardEntry`. Its bytes depend only on the job, so a retry, another worker
+or another machine writes the same shard, and a failed or killed write leaves nothing under a final name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+from shardpipe.atomic import publish, start_writeback, temp_path, write_bytes_atomic
+from shardpipe.errors import DataError
+from shardpipe.formats import get_format
+from shardpipe.manifest import ShardEntry, sha256_file
+from shardpipe.plan import ShardJob, cut_runs
+from shardpipe.sources import SampleTable
+
+BATCH_BYTES = 1 << 20
+"""File contents per writer batch: small enough to stay in the CPU cache between the read and the write
+(and, for LMDB, its copy into pages); see docs/performance.md."""
+
+
+class SourceFileError(DataError):
+    """A source file could not be read, or no longer has the size the scan found (``changed``)."""
+
+    def __init__(self, message: str, path: str, changed: bool) -> None:
+        super().__init__(message)
+        self.path, self.changed = path, changed
+
+    def __reduce__(self) -> tuple[object, ...]:  # raised in pool workers: pickled back by hand
+        return SourceFileError, (str(self), self.path, self.changed)
+
+
+def write_shard(job: ShardJob, root: Path, format_name: str) -> ShardEntry:
+    """Write one shard under a temporary name, then its index, then rename the shard into place.
+
+    Samples go to the writer in batches of about :data:`BATCH_BYTES`, their files read into one buffer
+    that every batch reuses: the writer frames a batch with its per-field work done once, a worker holds
+    at most one batch of file contents, and no memory is allocated (and page-faulted) per file.
+    """
+    fmt = get_format(format_name)
+    final = root / job.relpath
+    final.parent.mkdir(parents=True, exist_ok=True)
+    temp = temp_path(final)
+    samples = job.samples
+    runs = cut_runs(samples.num_bytes, max_samples=None, max_bytes=BATCH_BYTES)
+    buffer = _read_buffer(max(int(samples.sizes[run].sum()) for run in runs))
+    try:
+        writer = fmt.open_writer(temp)
+        try:
+            for run in runs:
+                batch = samples.take(run)
+                writer.write_batch(batch.keys, batch.fields, _load(batch, buffer, job.relpath))
+        except BaseException:
+            writer.abort()
+            raise
+        index = writer.close()
+        index_path = index_sha256 = None
+        if fmt.needs_index:
+            index_data = index.to_bytes()
+            index_path, index_sha256 = f"{job.relpath}.idx", hashlib.sha256(index_data).hexdigest()
+            write_bytes_atomic(root / index_path, index_data)
+        start_writeback(temp)  # overlaps the checksum pass, so publishing's fsync waits for little
+        sha256 = sha256_file(temp)
+        publish(temp, final)
+    finally:
+        temp.unlink(missing_ok=True)
+    return ShardEntry(job.relpath, len(samples), final.stat().st_size, sha256, index_path, index_sha256)
+
+
+_local = threading.local()  # one buffer per thread: an executor may run shards on threads
+
+
+def _read_buffer(size: int) -> memoryview:
+    """This thread's read buffer, grown to ``size`` bytes: every shard the thread writes reuses it, so
+    its pages are allocated and faulted in once, not once per shard."""
+    buffer: bytearray | None = getattr(_local, "buffer", None)
+    if buffer is None or len(buffer) < size:
+        buffer = _local.buffer = bytearray(size)
+    return memoryview(buffer)[:size]
+
+
+def _load(batch: SampleTable, buffer: memoryview, shard: str) -> list[list[bytes | memoryview]]:
+    """The batch's columns: literal bytes as they are, each file read into its slice of ``buffer``.
+
+    A file is read by raw ``os`` calls (``open()`` builds a file object per file, as costly as the
+    syscalls for a small sample), with one ``preadv`` of its scanned size plus one spare byte: a file
+    that changed since the scan is caught, not packed with a size the plan did not expect.
+    """
+    sizes = batch.sizes.tolist()  # (samples, fields)
+    spare = bytearray(1)
+    columns: list[list[bytes | memoryview]] = []
+    pos = 0
+    for j, values in enumerate(batch.columns):
+        column: list[bytes | memoryview] = []
+        for i, value in enumerate(values):
+            if isinstance(value, bytes):
+                column.append(value)
+                continue
+            size = sizes[i][j]
+            view = buffer[pos : pos + size]
+            where = f"field {batch.fields[j]!r} of sample {batch.keys[i]!r}, for shard {shard}"
+            try:
+                fd = os.open(value, os.O_RDONLY)
+                try:
+                    num_read = os.preadv(fd, [view, spare], 0)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise SourceFileError(f"cannot read {value} ({where}): {exc.strerror}", value, False) from exc
+            if num_read != size:
+                raise SourceFileError(
+                    f"{value} changed while packing: scanned {size:,} bytes, read {num_read:,} ({where})",
+                    value,
+                    True,
+                )
+            column.append(view)
+            pos += size
+        columns.append(column)
+    return columns

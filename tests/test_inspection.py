@@ -1,0 +1,37 @@
+"""``shardpipe inspect``'s summary: counts and spreads from the manifest, and its order rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shardpipe.inspection import render, summarize
+from shardpipe.manifest import Manifest, ShardEntry, write_manifest
+
+
+def _entry(i: int, samples: int, num_bytes: int) -> ShardEntry:
+    return ShardEntry(f"train/shard-{i:06d}.tar", samples, num_bytes, "0" * 64)
+
+
+def test_summary_counts_and_spreads(tmp_path: Path) -> None:
+    splits = {
+        "train": (_entry(0, 10, 3_000_000), _entry(1, 4, 1_000_000), _entry(2, 7, 2_000_000)),
+        "val": (),
+    }
+    order = {"method": "hashed", "rule": "r", "seed": 9}
+    write_manifest(
+        tmp_path, Manifest("tar", ("cls", "png"), splits, {"seed": 9}, classes=("a", "b"), order=order)
+    )
+    summary = summarize(tmp_path)
+    train = summary["splits"]["train"]
+    assert (train["shards"], train["samples"], train["bytes"]) == (3, 21, 6_000_000)
+    assert train["shard_samples"] == {"min": 4, "median": 7, "max": 10}
+    assert summary["splits"]["val"]["samples"] == 0 and summary["order"] == order
+    text = render(summary)
+    assert "order: hashed (seed 9)" in text and "classes: a, b" in text
+    assert "train            3           21        6.0   4 / 7 / 10" in text
+
+
+def test_manifest_without_an_order_renders_without_one(tmp_path: Path) -> None:
+    write_manifest(tmp_path, Manifest("lmdb", ("bin",), {"train": (_entry(0, 1, 10),)}, {}))
+    summary = summarize(tmp_path)
+    assert summary["order"] is None and "order:" not in render(summary)
