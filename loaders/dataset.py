@@ -112,6 +112,7 @@ class ShardedDataset(IterableDataset[Sample]):
         self.position = Position()
         self._errors = torch.zeros(MAX_WORKERS, dtype=torch.int64).share_memory_()
         self._readers = _Readers(self)
+        _warn_if_poorly_mixed(self)
 
     def configured(self, **changes: Any) -> ShardedDataset:
         """A dataset over the same data and ``position`` with some ``ReadOptions`` changed (``make_loader``
@@ -312,6 +313,30 @@ class _Readers:
 
     def close(self) -> None:
         self._indexes.clear()
+
+
+MIN_BLOCKS_PER_WINDOW = 64
+"""Fewer blocks than this per window leave a batch of a class-sorted pack few classes to draw from."""
+_warned_mixing: set[str] = set()
+
+
+def _warn_if_poorly_mixed(dataset: ShardedDataset) -> None:
+    """Warn once per dataset when a sorted pack of labelled data is read with windows too coarse to mix."""
+    options, manifest = dataset.options, dataset.manifest
+    blocks = options.shuffle_buffer // options.block_size
+    sorted_pack = manifest.order.get("method", "sorted") == "sorted"  # packs before --order were sorted
+    if not options.shuffle or manifest.classes is None or not sorted_pack or blocks >= MIN_BLOCKS_PER_WINDOW:
+        return
+    if manifest.fingerprint() in _warned_mixing:
+        return
+    _warned_mixing.add(manifest.fingerprint())
+    log.warning(
+        "%s is packed in key order (labelled, %d classes) and each shuffle window holds only %d blocks "
+        "(shuffle_buffer=%d / block_size=%d): batches will hold few classes. Use block_size <= %d or a "
+        "larger shuffle_buffer, or repack with `shardpipe pack --order hashed`",
+        dataset.root, len(manifest.classes), blocks, options.shuffle_buffer, options.block_size,
+        max(options.shuffle_buffer // MIN_BLOCKS_PER_WINDOW, 1),
+    )  # fmt: skip
 
 
 @lru_cache(maxsize=8)

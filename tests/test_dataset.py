@@ -144,3 +144,20 @@ def test_corrupt_shard_names_itself_or_is_skipped(tmp_path: Path, fmt: str) -> N
     assert skipping.num_errors == (10 if fmt == "lmdb" else 1)
     assert sum(s["__pad__"] for s in samples) == skipping.num_errors
     assert len({s["__key__"] for s in samples if not s["__pad__"]}) == 20 - skipping.num_errors
+
+
+def test_warns_once_when_a_sorted_labelled_pack_is_read_with_coarse_windows(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sorted_pack = pack_dataset(tmp_path / "sorted", "tar", 20)  # a fresh manifest: not warned about yet
+    with caplog.at_level("WARNING", logger="loaders"):
+        ShardedDataset(sorted_pack, rank=0, world_size=1)  # defaults: 256 blocks per window
+        assert "batches will hold few classes" not in caplog.text
+        ShardedDataset(sorted_pack, rank=0, world_size=1, block_size=256)
+        ShardedDataset(sorted_pack, rank=0, world_size=1, block_size=256)
+        assert caplog.text.count("batches will hold few classes") == 1
+        assert "block_size <= 16" in caplog.text and "--order hashed" in caplog.text
+        caplog.clear()
+        hashed = pack_dataset(tmp_path / "hashed", "tar", 20, order="hashed")
+        ShardedDataset(hashed, rank=0, world_size=1, block_size=256)
+        assert "few classes" not in caplog.text
