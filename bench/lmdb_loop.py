@@ -71,9 +71,12 @@ class LmdbLoopDataset(Dataset[dict[str, Any]]):
         env = lmdb.open(self.path, readonly=True, lock=False, subdir=True)
         try:
             with env.begin() as txn:
-                self.length = int(txn.get(COUNT_KEY))
+                count = txn.get(COUNT_KEY)
         finally:
             env.close()  # opened only to count: the readers open their own after the fork
+        if count is None:
+            raise ValueError(f"{path} has no {COUNT_KEY!r} entry: not written by bench.lmdb_loop.write")
+        self.length = int(count)
         self._env: Any = None
         self._txn: Any = None
         self._pid = -1
