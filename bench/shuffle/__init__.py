@@ -10,10 +10,11 @@ one rank. Each runs ``--epochs`` whole epochs through a real DataLoader; the key
 mapped to pack positions and scored (``bench.shuffle.metrics``) against the memory held (samples the shuffle
 buffers per worker) and the read speed (warm cache, samples after ``--warmup`` batches over their time).
 The read-speed target compares the defaults and the reference in ``--repeats`` interleaved, rotated runs of
-``--epochs`` epochs each (median per run, then median of runs), so drift on a shared machine hits both alike;
-the grid's speeds are single runs, a rough guide only. Absolute speeds compare only on like
-hardware. Quality does not depend on the machine (shardpipe's and the ideal's orders are seeded), except
-webdataset's: its sample buffer is seeded from time and pid when no generator is given, as users run it.
+at least ``--speed-samples`` samples each (whole epochs; timed samples over their time), medians of the runs,
+so drift on a shared machine hits both alike; the grid's speeds are single runs, a rough guide only.
+Absolute speeds compare only on like hardware. Quality does not depend on the machine (shardpipe's and the
+ideal's orders are seeded), except webdataset's: its sample buffer is seeded from time and pid when no
+generator is given, as users run it.
 The ideal ``C(1-(1-1/C)^B)`` counts draws with replacement; a balanced finite set drawn without replacement
 scores a little higher, so ratios slightly above 1 happen on tiny data.
 """
@@ -31,6 +32,6 @@ RULES = {
     " access)",
     "speed": "samples after the --warmup-th batch / their time, median over the epochs; warm page cache",
     "speed_target": "defaults vs reference (block 256, buffer 1024): --repeats interleaved, rotated runs of"
-    " --epochs epochs; median of the runs' medians",
+    " >= --speed-samples samples (whole epochs); median of the runs",
     "once": "each epoch checked to hold every sample exactly once",
 }

@@ -52,7 +52,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--warmup", type=int, default=5, help="batches per epoch before the read clock starts")
     p.add_argument(
-        "--repeats", type=int, default=3, help="interleaved repeats of the defaults/reference pair"
+        "--repeats", type=int, help="interleaved runs of the defaults/reference pair (default 5, --quick 3)"
+    )
+    p.add_argument(
+        "--speed-samples", type=int, help="samples per pair run (default 600,000, --quick 100,000)"
     )
     p.add_argument("--out", type=Path, default=Path("bench-results") / "shuffle")
     p.add_argument("--cache", type=Path, default=Path("bench-results") / "cache")
@@ -63,7 +66,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             setattr(args, name, preset[name])
     args.buffers = args.buffers or _ints(str(preset["buffers"]))
     args.blocks = args.blocks or _ints(str(preset["blocks"]))
-    for name in ("batch_size", "workers", "epochs", "warmup", "repeats"):
+    args.repeats = args.repeats or (3 if args.quick else 5)
+    args.speed_samples = args.speed_samples or (100_000 if args.quick else 600_000)
+    for name in ("batch_size", "workers", "epochs", "warmup", "repeats", "speed_samples"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     return args
@@ -114,13 +119,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"({entry['classes_ratio']:.2f}x)  {entry['samples_per_s']:9,.0f} samples/s",
                 flush=True,
             )
+        speed_epochs = -(-args.speed_samples // profile.num_samples)  # enough epochs for a steady clock
         pair = {"default": contenders.DEFAULT, "reference": contenders.REFERENCE_CONFIG}
         speed[pack.name] = {name: [] for name in pair}
         for repeat in range(args.repeats):
             for name in list(pair)[repeat % 2 :] + list(pair)[: repeat % 2]:  # rotate who goes first
                 built = contenders.build(pair[name], pack, settings)
-                runs = contenders.run_epochs(built, args.epochs, args.warmup)
-                speed[pack.name][name].append(statistics.median(r.samples_per_s for r in runs))
+                runs = contenders.run_epochs(built, speed_epochs, args.warmup)
+                speed[pack.name][name].append(
+                    sum(r.timed_samples for r in runs) / sum(r.seconds for r in runs)
+                )
                 del built
                 gc.collect()
     found = report.targets(results, speed)

@@ -45,7 +45,12 @@ class Config:
 class EpochRun:
     keys: list[str]
     batch_sizes: list[int]
-    samples_per_s: float
+    timed_samples: int  # received after the warm-up batches
+    seconds: float  # their time
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.timed_samples / self.seconds if self.timed_samples and self.seconds > 0 else float("nan")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +146,6 @@ def run_epochs(built: Built, epochs: int, warmup: int) -> list[EpochRun]:
             sizes.append(len(batch["__key__"]))
             if len(sizes) == warmup:
                 started, counted = time.perf_counter(), len(keys)
-        elapsed = time.perf_counter() - started
-        timed = len(keys) - counted
-        runs.append(EpochRun(keys, sizes, timed / elapsed if started and timed else float("nan")))
+        elapsed = time.perf_counter() - started if started else 0.0
+        runs.append(EpochRun(keys, sizes, len(keys) - counted, elapsed))
     return runs

@@ -72,6 +72,8 @@ def targets(results: list[dict[str, Any]], speed: dict[str, dict[str, list[float
                 "value": value,
                 "threshold": SPEED_TARGET,
                 "met": value >= SPEED_TARGET,
+                "spread": f"runs {min(pair['default']):,.0f}-{max(pair['default']):,.0f} vs "
+                f"{min(pair['reference']):,.0f}-{max(pair['reference']):,.0f} samples/s",
             }
         )
     memory = max((e["memory_samples"] for e in defaults.values()), default=None)
@@ -88,7 +90,11 @@ def targets(results: list[dict[str, Any]], speed: dict[str, dict[str, list[float
 
 
 def target_lines(found: list[dict[str, Any]]) -> list[str]:
-    return [f"{'MET    ' if t['met'] else 'NOT MET'}  {t['target']}: {t['value']:.4g}" for t in found]
+    return [
+        f"{'MET    ' if t['met'] else 'NOT MET'}  {t['target']}: {t['value']:.4g}"
+        + (f" ({t['spread']})" if "spread" in t else "")
+        for t in found
+    ]
 
 
 def table(results: list[dict[str, Any]]) -> str:
