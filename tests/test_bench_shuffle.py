@@ -76,8 +76,8 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("shuffle")
     command = [
         sys.executable, "-m", "bench.shuffle", "--classes", "8", "--per-class", "40", "--shard-samples", "20",
-        "--batch-size", "16", "--buffers", "32,128", "--blocks", "1,8", "--repeats", "2", "--speed-samples", "640",
-        "--out", str(tmp / "out"), "--cache", str(tmp / "cache"),
+        "--batch-size", "16", "--buffers", "32,128", "--blocks", "1,8", "--repeats", "2",
+        "--speed-samples", "640", "--out", str(tmp / "out"), "--cache", str(tmp / "cache"),
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
