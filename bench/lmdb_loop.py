@@ -4,8 +4,8 @@ The same samples as the packs, in ONE LMDB: key = the sample index (8 bytes, big
 index order), value = a trivial fixed layout ``u32 key_length, u32 cls_length, key, cls, bin`` (no pickle:
 nothing read back is ever unpickled). The reader is a map-style ``Dataset`` doing one ``txn.get`` per
 sample through one long-lived read transaction, with the environment opened lazily in the process that
-reads (each DataLoader worker opens its own; an environment never crosses a fork), read by a plain
-``DataLoader`` with ``DistributedSampler(shuffle=True)``: the usual set-up, and the fastest one we know.
+reads (each DataLoader worker opens its own; one a fork copied from the parent is closed unused), read by
+a plain ``DataLoader`` with ``DistributedSampler(shuffle=True)``: the usual set-up, and the fastest we know.
 """
 
 from __future__ import annotations
@@ -86,6 +86,8 @@ class LmdbLoopDataset(Dataset[dict[str, Any]]):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         if self._pid != os.getpid():  # first read in this process (a fresh worker, or the main one)
+            if self._env is not None:  # the parent's, copied by the fork: never used, only let go here
+                self._env.close()  # read-only, lock-free: no lock file or reader slot shared with the parent
             self._env = lmdb.open(
                 self.path, readonly=True, lock=False, readahead=False, meminit=False, subdir=True
             )
