@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from torch.utils.data import DataLoader, DistributedSampler
 
-from bench import lmdb_loop
+from bench import contenders, lmdb_loop
+from bench.data import QUICK_PROFILES
+from bench.data import Dataset as BenchData
 from loaders import collate_samples
 
 SAMPLES = [(f"c{i % 3}/{i:04d}", b"%d" % (i % 3), bytes([i]) * (100 + i)) for i in range(50)]
@@ -51,3 +53,13 @@ def test_workers_read_every_sample_once(path: Path) -> None:
     keys = [key for batch in loader for key in batch["__key__"]]
     assert sorted(keys) == sorted(s[0] for s in SAMPLES)
     assert keys != [s[0] for s in SAMPLES]  # shuffled
+
+
+def test_cold_runs_evict_the_lmdb_loop_files(tmp_path: Path) -> None:
+    data = BenchData(QUICK_PROFILES["small"], tmp_path)
+    lmdb_loop.write(data.lmdb_loop, iter(SAMPLES), 10_000)
+    assert contenders.files_read("lmdb-loop", data) == [
+        data.lmdb_loop / "data.mdb",
+        data.lmdb_loop / "lock.mdb",
+    ]
+    assert "lmdb-loop" in contenders.NAMES
