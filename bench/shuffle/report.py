@@ -18,7 +18,7 @@ COLUMNS = (
     "classes",
     "x ideal",
     "entropy",
-    "|rho|",
+    "abs rho",
     "same shard x chance",
     "epoch corr",
     "samples/s",
