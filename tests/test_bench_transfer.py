@@ -67,7 +67,8 @@ def test_report(tmp_path: Path) -> None:
     ]
     for e in report["results"]:
         assert len(e["runs"]) == 2 and e["batches_per_s_min"] <= e["batches_per_s"] <= e["batches_per_s_max"]
-        assert e["mb_per_s"] == pytest.approx(e["batches_per_s"] * e["sample_bytes"] * 64 / 1e6)
+        if e["transport"] != "floor":
+            assert e["mb_per_s"] == pytest.approx(e["batches_per_s"] * e["sample_bytes"] * 64 / 1e6)
         assert e["components"]["pickled_bytes"] > 64 * e["sample_bytes"] * 0.75
         if e["transport"] == "pipe-1m":
             assert e["vs_pipe_1m"] == pytest.approx(1.0)

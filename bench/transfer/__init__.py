@@ -11,7 +11,9 @@ prefetch 4, ``batch_size=None``, no conversion in the worker):
   before the fork (torch's file-descriptor strategy unlinks it at once: nothing named outlives a crash).
   The worker copies each field's bytes into its next free slot and sends a small descriptor through the pipe;
   the main process copies the bytes out while unpickling the descriptor and frees the slot (a shared counter
-  per worker; the worker waits when all slots are taken).
+  per worker; the worker waits when all slots are taken);
+- ``floor``: a one-sample, 16-byte batch through the 1 MiB pipe: the fixed per-batch cost of the DataLoader's
+  task and result queues and process switches, which no transport of the bytes can remove.
 
 End to end: batches/s in the main process after ``--warmup`` batches, runs of every transport interleaved and
 rotated, ``--repeats`` times, medians reported with min-max. Components, timed in one process (median over

@@ -17,7 +17,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from bench.transfer.ring import RING_SLOTS, RINGS, Ring, RingBatch
 from loaders import collate_samples
 
-TRANSPORTS = ("pipe-64k", "pipe-1m", "ring")
+TRANSPORTS = ("pipe-64k", "pipe-1m", "ring", "floor")
+FLOOR_BATCH = (1, 16)  # (samples, bytes): a batch too small to cost anything but the DataLoader round trip
 PIPE_BYTES = 1 << 20
 PREFETCH = 4
 
@@ -80,7 +81,10 @@ class _Loader(DataLoader[Any]):
 def run_once(
     transport: str, batch_size: int, sample_bytes: int, batches: int, warmup: int, workers: int
 ) -> float:
-    """Batches/s the main process receives after ``warmup`` batches."""
+    """Batches/s the main process receives after ``warmup`` batches (``floor``: a one-sample batch through
+    the 1 MiB pipe, the fixed per-batch cost of the DataLoader's queues and processes)."""
+    if transport == "floor":
+        batch_size, sample_bytes = FLOOR_BATCH
     ring_id = None
     if transport == "ring":
         probes = [make_batch(batch_size, sample_bytes, seed=w) for w in range(workers)]  # each worker's batch
@@ -91,7 +95,7 @@ def run_once(
     loader = _Loader(
         dataset, batch_size=None, num_workers=workers, prefetch_factor=PREFETCH, collate_fn=_identity
     )
-    loader.pipe_bytes = PIPE_BYTES if transport == "pipe-1m" else None
+    loader.pipe_bytes = PIPE_BYTES if transport in ("pipe-1m", "floor") else None
     started, received = 0.0, 0
     for received, batch in enumerate(loader, start=1):
         if batch["bin"].nbytes <= 0:
