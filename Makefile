@@ -5,7 +5,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup demo test lint format bench-pack bench-io bench-scaling clean
+.PHONY: setup demo test lint format bench-pack bench-io bench-scaling bench-shuffle bench-transfer clean
 
 setup: $(VENV)/.installed
 
@@ -36,6 +36,12 @@ bench-io: setup
 
 bench-scaling: setup
 	$(BIN)/python -m bench.scaling $(ARGS)
+
+bench-shuffle: setup
+	$(BIN)/python -m bench.shuffle $(ARGS)
+
+bench-transfer: setup
+	$(BIN)/python -m bench.transfer $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache bench-results demo-out

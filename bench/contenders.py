@@ -3,7 +3,8 @@
 Every contender yields the same batch shape: a dict with ``__key__`` (list), ``bin`` and ``cls`` as
 :class:`loaders.RaggedBytes` (collated by ``loaders.collate_samples``), so the consumer and the
 worker-to-main transfer cost the same for all, and the difference is how samples are found and read.
-All shuffle: DistributedSampler for map-style, shard + buffer shuffle for the streaming ones.
+All shuffle: DistributedSampler for map-style (raw files, ``lmdb-loop``), shard + buffer shuffle for the
+streaming ones.
 """
 
 from __future__ import annotations
@@ -17,11 +18,20 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, get_worker_info
 
+from bench import lmdb_loop
 from bench.data import Dataset as BenchData
 from bench.data import label_of
 from loaders import ShardedDataset, collate_samples, make_loader
 
-NAMES = ("raw-files", "webdataset", "shardpipe-tar", "shardpipe-lmdb", "shardpipe-tfrecord", "in-memory")
+NAMES = (
+    "raw-files",
+    "webdataset",
+    "lmdb-loop",
+    "shardpipe-tar",
+    "shardpipe-lmdb",
+    "shardpipe-tfrecord",
+    "in-memory",
+)
 SHUFFLE_BUFFER = 1024  # samples, for every contender that has a buffer (shardpipe's default)
 SEED = 0
 
@@ -98,6 +108,14 @@ def _raw_files(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
     return DataLoader(dataset, batch_size=s.batch_size, sampler=sampler, **s.dataloader_kwargs())
 
 
+def _lmdb_loop(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
+    dataset = lmdb_loop.LmdbLoopDataset(data.lmdb_loop)
+    sampler: DistributedSampler[dict[str, Any]] = DistributedSampler(
+        dataset, num_replicas=1, rank=0, shuffle=True, seed=SEED
+    )
+    return DataLoader(dataset, batch_size=s.batch_size, sampler=sampler, **s.dataloader_kwargs())
+
+
 def _webdataset(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
     import webdataset as wds
 
@@ -139,6 +157,7 @@ def _in_memory(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
 BUILDERS: dict[str, Callable[[BenchData, LoaderSettings], Iterable[Any]]] = {
     "raw-files": _raw_files,
     "webdataset": _webdataset,
+    "lmdb-loop": _lmdb_loop,
     "shardpipe-tar": _shardpipe("tar"),
     "shardpipe-lmdb": _shardpipe("lmdb"),
     "shardpipe-tfrecord": _shardpipe("tfrecord"),
@@ -150,5 +169,7 @@ def files_read(name: str, data: BenchData) -> list[Path]:
     """What a contender reads from disk, for cold-cache eviction (in-memory reads the tar shards to load)."""
     if name == "raw-files":
         return data.files()
+    if name == "lmdb-loop":
+        return lmdb_loop.files(data.lmdb_loop)
     format_name = {"shardpipe-lmdb": "lmdb", "shardpipe-tfrecord": "tfrecord"}.get(name, "tar")
     return data.shard_files(format_name, with_index=True)

@@ -64,6 +64,11 @@ class Dataset:
     def packed(self, format_name: str) -> Path:
         return self.root / format_name
 
+    @property
+    def lmdb_loop(self) -> Path:
+        """The one LMDB of the hand-written ``lmdb-loop`` reader (see ``bench.lmdb_loop``)."""
+        return self.root / "lmdb-loop"
+
     def files(self) -> list[Path]:
         """The small files in key order (the order the packer sees them)."""
         return sorted(self.tree.rglob("*.bin"))
@@ -97,6 +102,7 @@ def prepare(profile: Profile, cache: Path, *, workers: int = 2, log: bool = True
     dataset = Dataset(profile, Path(cache) / f"{profile.name}-{profile.fingerprint}")
     ready, packer = dataset.root / "ready.json", packer_fingerprint()
     if ready.exists() and json.loads(ready.read_text()).get("packer") == packer:
+        _ensure_lmdb_loop(dataset, log=log)
         return dataset
     if ready.exists():  # same files, but shardpipe's packing code changed since: repack only
         total = int(json.loads(ready.read_text())["payload_bytes"])
@@ -128,7 +134,25 @@ def prepare(profile: Profile, cache: Path, *, workers: int = 2, log: bool = True
         "packer": packer,
     }
     (dataset.root / "ready.json").write_text(json.dumps(info, indent=1))
+    _ensure_lmdb_loop(dataset, log=log)
     return dataset
+
+
+def _ensure_lmdb_loop(dataset: Dataset, *, log: bool) -> None:
+    """Write the lmdb-loop copy from the file tree unless a finished one is there (it depends on the files
+    only, not on shardpipe's packer, so a repack keeps it)."""
+    from bench import lmdb_loop
+
+    done = dataset.lmdb_loop / "done.json"
+    if done.exists():
+        return
+    shutil.rmtree(dataset.lmdb_loop, ignore_errors=True)  # an interrupted build: start over
+    if log:
+        print(f"  writing {dataset.lmdb_loop} (one LMDB, key = sample index)")
+    files = dataset.files()
+    samples = ((str(f.relative_to(dataset.tree).with_suffix("")), label_of(f), f.read_bytes()) for f in files)
+    count = lmdb_loop.write(dataset.lmdb_loop, samples, dataset.payload_bytes)
+    done.write_text(json.dumps({"num_samples": count}))
 
 
 def packer_fingerprint() -> str:

@@ -19,6 +19,7 @@ RULES = {
     "mb_per_s": "samples/s x mean payload bytes per sample (the bin field), decimal MB",
     "verdict": "input-bound when the median wait fraction > --threshold, else compute-bound",
     "floor": "one sequential pass over the tar shard files (8 MiB reads), as payload MB/s",
+    "warm": "every file a contender reads is read once, front to back, before each of its warm runs",
     "cold": "files evicted with posix_fadvise(DONTNEED) before every run; see 'eviction' for whether it took",
     "peak_rss": "max over the run of the summed RSS of the main process and its workers (shared pages counted"
     " in each)",
@@ -126,7 +127,8 @@ def chart(path: Path, results: list[dict[str, Any]]) -> None:
     import matplotlib.pyplot as plt
 
     groups = _groups(results)
-    fig, axes = plt.subplots(len(groups), 1, figsize=(9, 2.2 + 0.45 * 6 * len(groups)), squeeze=False)
+    rows = max(len(entries) for entries in groups.values())  # bars per panel: one per contender
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, 2.2 + 0.45 * rows * len(groups)), squeeze=False)
     for ax, entries in zip(axes[:, 0], groups.values(), strict=True):
         names = [e["contender"] for e in entries]
         values = [e["mb_per_s"] for e in entries]

@@ -1,0 +1,76 @@
+"""``python -m bench.transfer``: the ring returns batches intact, and the report has every transport."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.transfer.measure import TRANSPORTS, make_batch, run_once
+from bench.transfer.ring import RING_SLOTS, Ring
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_ring_round_trip_keeps_every_field_and_frees_the_slot() -> None:
+    ring = Ring.create(num_workers=2, slot_bytes=16_384)
+    for step in range(RING_SLOTS * 2 + 1):  # wraps around the slots twice
+        batch = make_batch(8, 512, seed=step)
+        slot, layout = ring.write(1, batch)
+        assert slot == step % RING_SLOTS
+        back = ring.read(1, slot, layout)
+        assert back["__key__"] == batch["__key__"]
+        assert back["bin"].tolist() == batch["bin"].tolist()
+        assert back["cls"].tolist() == batch["cls"].tolist()
+        assert torch.equal(back["__pad__"], batch["__pad__"])
+    assert ring.counts.tolist() == [[0, 0], [RING_SLOTS * 2 + 1] * 2]
+
+
+def test_ring_refuses_a_batch_larger_than_a_slot() -> None:
+    ring = Ring.create(num_workers=1, slot_bytes=1024)
+    with pytest.raises(ValueError, match="1024 bytes per slot"):
+        ring.write(0, make_batch(8, 512))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_every_transport_delivers_every_batch_through_real_workers(transport: str) -> None:
+    assert run_once(transport, batch_size=8, sample_bytes=256, batches=40, warmup=3, workers=2) > 0
+
+
+def test_report(tmp_path: Path) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "bench.transfer",
+        "--quick",
+        "--sizes",
+        "1024,4096",
+        "--bytes-per-run",
+        "500000",
+        "--repeats",
+        "2",
+        "--calls",
+        "5",
+        "--out",
+        str(tmp_path),
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [(e["sample_bytes"], e["transport"]) for e in report["results"]] == [
+        (size, t) for size in (1024, 4096) for t in TRANSPORTS
+    ]
+    for e in report["results"]:
+        assert len(e["runs"]) == 2 and e["batches_per_s_min"] <= e["batches_per_s"] <= e["batches_per_s_max"]
+        if e["transport"] != "floor":
+            assert e["mb_per_s"] == pytest.approx(e["batches_per_s"] * e["sample_bytes"] * 64 / 1e6)
+        assert e["components"]["pickled_bytes"] > 64 * e["sample_bytes"] * 0.75
+        if e["transport"] == "pipe-1m":
+            assert e["vs_pipe_1m"] == pytest.approx(1.0)
+    assert len(report["recommendation"]) == 2 and "ring" in report["recommendation"][0]
+    assert (tmp_path / "report.md").read_text().startswith("# shardpipe transfer benchmark")
