@@ -223,7 +223,13 @@ class ShardedDataset(IterableDataset[Sample]):
             return None
         if shard_index not in self._indexes:
             path = self.root / entry.index_path
-            self._indexes[shard_index] = ShardIndex.read(path, entry.num_samples, self.manifest.fields)
+            self._indexes[shard_index] = ShardIndex.read(
+                path,
+                entry.num_samples,
+                self.manifest.fields,
+                version=self.manifest.index_version,
+                sha256=entry.index_sha256,
+            )
         return self._indexes[shard_index]
 
     def _finish(self, sample: Sample) -> Any:

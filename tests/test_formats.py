@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.formats import Fields, Format, all_formats, framing, get_format, index_shard
+from shardpipe.formats import Fields, Format, all_formats, framing, get_format
 from shardpipe.formats import lmdb as lmdb_format
-from shardpipe.formats.layout import CHECKSUM, NO_SPAN, ShardIndex
+from shardpipe.formats.layout import CHECKSUM, NO_SPAN, ShardIndex, shard_checksums
 from tests.datagen import read_with_webdataset
 
 FORMATS = sorted(all_formats())
@@ -49,9 +49,8 @@ def scan(fmt: Format, path: Path) -> tuple[list[str], ShardIndex, set[str]]:
     """Keys, index and field names of a shard, from a full parse (LMDB's index has no checksums)."""
     keys, layouts, end = fmt.scan(path)
     names = {name for sample in layouts for name in sample.fields}
-    if fmt.needs_index:
-        return [*index_shard(fmt, path, sorted(names))[0]], index_shard(fmt, path, sorted(names))[1], names
-    return keys, ShardIndex.build(layouts, end, sorted(names), np.full(len(keys), NO_SPAN)), names
+    checksums = shard_checksums(path, layouts, end) if fmt.needs_index else np.full(len(keys), NO_SPAN)
+    return keys, ShardIndex.build(layouts, end, sorted(names), checksums), names
 
 
 def some_samples(num_samples: int = 20, size: int = 100) -> list[Sample]:

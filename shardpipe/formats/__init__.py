@@ -31,6 +31,11 @@ WRITE_BUFFER = 1 << 18
 """Writers' file buffer: large enough to batch small writes; larger sizes measured no faster (see
 docs/performance.md, "Formats")."""
 
+INDEX_VERSION = 2
+"""The index column layout written now (see :mod:`.layout`); the manifest records it."""
+CHECKSUM_NAME = "xxh3_64"
+"""The per-sample checksum, as the manifest names it (docs/performance.md, "Formats", has the choice)."""
+
 Column = Sequence[bytes | memoryview]
 """One field's values for a batch of samples; a writer must not keep a ``memoryview`` past the call."""
 
@@ -118,14 +123,3 @@ def get_format(name: str) -> Format:
 def all_formats() -> dict[str, Format]:
     return {name: get_format(name) for name in FORMAT_NAMES}
 
-
-def index_shard(fmt: Format, path: Path, fields: Sequence[str]) -> tuple[list[str], ShardIndex]:
-    """Parse a shard and build its version-2 index (spans and sample checksums) with ``fields`` as columns,
-    as the writer would: how ``index`` adopts foreign shards and how ``verify`` checks an index."""
-    from shardpipe.formats.layout import ShardIndex, span_checksums
-
-    keys, layouts, end = fmt.scan(path)
-    offsets = [sample.offset for sample in layouts] + [end]
-    with Path(path).open("rb") as f:
-        data = f.read(end)
-    return keys, ShardIndex.build(layouts, end, fields, span_checksums(data, offsets))

@@ -28,12 +28,11 @@ import numpy as np
 import xxhash
 
 from shardpipe.errors import CorruptShardError, DataError
+from shardpipe.formats import INDEX_VERSION
 
-INDEX_VERSION = 2
 INDEX_VERSIONS = (1, 2)
-CHECKSUM_NAME = "xxh3_64"
-"""The per-sample checksum, as the manifest names it (see docs/performance.md for the choice)."""
 checksum = xxhash.xxh3_64_intdigest
+"""The per-sample checksum named by ``CHECKSUM_NAME``."""
 NO_SPAN = 2**64 - 1
 PARSE = 2**64 - 2
 OFFSET, KEY_START, KEY_STOP, CHECKSUM = 0, 1, 2, 3
@@ -213,10 +212,19 @@ def span_checksums(data: bytes | memoryview, offsets: Sequence[int] | np.ndarray
     return np.array([checksum(view[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)], dtype="<u8")
 
 
+def shard_checksums(path: Path, layouts: Sequence[SampleLayout], end: int) -> np.ndarray:
+    """The checksum of every scanned sample's span in the shard at ``path``: what ``index`` and ``verify``
+    compute from a shard's bytes as they are."""
+    with Path(path).open("rb") as f:
+        data = f.read(end)
+    return span_checksums(data, [sample.offset for sample in layouts] + [end])
+
+
 def check_spans(view: memoryview, index: ShardIndex, start: int, stop: int, base: int, shard: str) -> None:
     """Raise naming the first sample of ``[start, stop)`` whose bytes (``view`` holds the file from byte
     ``base``) differ from its checksum; the index must be version 2."""
-    assert index.checksums is not None
+    if index.checksums is None:
+        raise DataError(f"the index of {shard} has no sample checksums (version {index.version})")
     bounds = (index.offsets[start : stop + 1] - base).tolist()
     expected = index.checksums[start:stop].tolist()
     for i, want in enumerate(expected):
