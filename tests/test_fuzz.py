@@ -5,7 +5,7 @@ manifest) by flipping or zeroing bytes, truncating it or appending junk, then re
 through ``ShardedDataset`` and runs ``verify``. Cases run in a child process (``tests.fuzz_worker``), so
 a fault in native code or a hang fails the test naming the case instead of killing pytest.
 
-``SHARDPIPE_FUZZ_CASES`` (default 300) and ``SHARDPIPE_FUZZ_SEED`` (default 0) make a longer local run:
+``SHARDPIPE_FUZZ_CASES`` (default 400) and ``SHARDPIPE_FUZZ_SEED`` (default 0) make a longer local run:
 ``SHARDPIPE_FUZZ_CASES=1000 SHARDPIPE_FUZZ_SEED=7 pytest tests/test_fuzz.py``.
 """
 
@@ -26,7 +26,7 @@ from shardpipe.cli import main
 from tests.datagen import payload
 from tests.fuzz_worker import FORMATS
 
-NUM_CASES = int(os.environ.get("SHARDPIPE_FUZZ_CASES", "300"))
+NUM_CASES = int(os.environ.get("SHARDPIPE_FUZZ_CASES", "400"))
 SEED = int(os.environ.get("SHARDPIPE_FUZZ_SEED", "0"))
 CASE_TIMEOUT_S = 60.0  # a case takes well under a second; only a hang comes near this
 REPO = Path(__file__).resolve().parent.parent

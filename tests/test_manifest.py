@@ -156,3 +156,16 @@ def test_any_value_of_any_type_anywhere_is_read_or_a_data_error(tmp_path: Path) 
 def test_missing_manifest_says_how_to_make_one(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="shardpipe pack"):
         load_manifest(tmp_path)
+
+
+@pytest.mark.parametrize("fmt", ["lmdb", "tar", "tfrecord"])
+def test_a_version_1_dataset_still_reads(tmp_path: Path, fmt: str) -> None:
+    from loaders import ShardedDataset
+    from tests.datagen import pack_dataset
+    from tests.v1data import downgrade_to_v1
+
+    root = pack_dataset(tmp_path, fmt, 12, max_samples=5)
+    before = list(ShardedDataset(root, "train", shuffle=False))
+    downgrade_to_v1(root)
+    assert load_manifest(root).manifest_version == 1
+    assert list(ShardedDataset(root, "train", shuffle=False)) == before

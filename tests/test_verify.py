@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from shardpipe.errors import DataError
+from shardpipe.formats import get_format
+from shardpipe.formats.layout import ShardIndex
 from shardpipe.manifest import load_manifest
 from shardpipe.verify import verify
-from tests.datagen import pack_dataset, payload
+from tests.datagen import pack_dataset
 from tests.v1data import downgrade_to_v1
 
 FORMATS = ["lmdb", "tar", "tfrecord"]
@@ -36,21 +38,30 @@ def test_a_sound_dataset_has_no_problems(dataset: Path) -> None:
 def test_a_flipped_sample_byte_is_named(dataset: Path) -> None:
     manifest = load_manifest(dataset)
     shard = manifest.splits["train"][1]
-    key = "cls0/00006"  # the second shard's first sample
-    _flip(dataset / shard.path, payload(key, "bin", 100 + 6 % 7))
+    (_, first), *_ = get_format(manifest.format).read(
+        dataset / shard.path,
+        0,
+        1,
+        None
+        if shard.index_path is None
+        else ShardIndex.read(dataset / shard.index_path, shard.num_samples, manifest.fields),
+    )
+    _flip(dataset / shard.path, first["bin"])
     problems = verify(dataset, quiet=True)
     assert f"{shard.path}: sha256 differs from the manifest (content changed or corrupt)" in problems
-    if manifest.format == "lmdb":
+    if manifest.format == "lmdb":  # each record's checksum
         assert any("sample 0" in p and "checksum" in p for p in problems), problems
-    else:
+    elif manifest.format == "tfrecord":  # the record's own CRC fails first, in the full parse
+        assert any("sample 0" in p and "data CRC mismatch" in p for p in problems), problems
+    else:  # tar: the parse reads only headers; the sample checksum in the index catches the data
         assert f"{shard.index_path}: sample 0's bytes differ from its checksum" in problems
 
 
-def test_a_damaged_index_is_named(dataset: Path) -> None:
-    manifest = load_manifest(dataset)
-    shard = manifest.splits["train"][0]
-    if shard.index_path is None:
-        pytest.skip("LMDB shards have no index file")  # a format without the file under test
+@pytest.mark.parametrize("fmt", ["tar", "tfrecord"])  # LMDB shards have no index file
+def test_a_damaged_index_is_named(tmp_path: Path, fmt: str) -> None:
+    dataset = pack_dataset(tmp_path, fmt, 12, max_samples=5)
+    shard = load_manifest(dataset).splits["train"][0]
+    assert shard.index_path is not None
     path = dataset / shard.index_path
     raw = bytearray(path.read_bytes())
     raw[8 * 2] ^= 1  # sample 0's key start
