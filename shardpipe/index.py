@@ -30,7 +30,9 @@ def find_shards(root: Path, top_split: str) -> dict[str, list[Path]]:
     return splits
 
 
-def index_folder(root: Path, *, split_name: str = "train", overwrite: bool = False, quiet: bool = False) -> Manifest:
+def index_folder(
+    root: Path, *, split_name: str = "train", overwrite: bool = False, quiet: bool = False
+) -> Manifest:
     if not root.is_dir():
         raise UsageError(f"{root} is not a directory")
     if (root / MANIFEST_NAME).exists() and not overwrite:

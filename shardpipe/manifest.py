@@ -140,7 +140,7 @@ class Manifest:
         _expect(data, dict, "the manifest")
         version = data.get("manifest_version")
         if not isinstance(version, int) or isinstance(version, bool) or version not in READABLE_VERSIONS:
-            raise _Unsupported(
+            raise _UnsupportedVersionError(
                 f"manifest version {version!r} is not supported (this shardpipe reads "
                 f"{', '.join(map(str, READABLE_VERSIONS))}); repack with this shardpipe or upgrade it"
             )
@@ -162,7 +162,11 @@ class Manifest:
         index_version, checksum = 1, None
         if version >= 2:
             index_version = data["index_version"]
-            if not isinstance(index_version, int) or isinstance(index_version, bool) or index_version not in (1, 2):
+            if (
+                not isinstance(index_version, int)
+                or isinstance(index_version, bool)
+                or index_version not in (1, 2)
+            ):
                 raise ValueError(f"index_version {index_version!r} is not 1 or 2")
             checksum = data["sample_checksum"]
             if checksum not in (CHECKSUM_NAME, None):
@@ -182,7 +186,7 @@ class Manifest:
         )
 
 
-class _Unsupported(ValueError):
+class _UnsupportedVersionError(ValueError):
     """A manifest version this shardpipe cannot read: said as is, not as "malformed"."""
 
 
@@ -235,7 +239,7 @@ def load_manifest(path: str | Path) -> Manifest:
         raise DataError(f"cannot read manifest {file}: {exc}") from exc
     try:
         manifest = Manifest.from_json(data)
-    except _Unsupported as exc:
+    except _UnsupportedVersionError as exc:
         raise DataError(f"manifest {file}: {exc}") from None
     except KeyError as exc:
         raise DataError(f"manifest {file} is malformed: missing entry {exc}") from None

@@ -82,7 +82,9 @@ def _verify_index(
     expected = ShardIndex.build(layouts, end, manifest.fields, checksums)
     if stored != expected:
         if len(stored) != len(expected):
-            problems.append(f"{entry.index_path}: {len(stored) - 1} entries, the shard holds {len(expected) - 1}")
+            problems.append(
+                f"{entry.index_path}: {len(stored) - 1} entries, the shard holds {len(expected) - 1}"
+            )
             return problems
         differs = stored.table != expected.table  # (samples + 1, columns)
         row = int(np.flatnonzero(differs.any(axis=1))[0])

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import shutil
+import signal
 import sys
 import tempfile
 import traceback
@@ -99,7 +99,9 @@ def run_case(base: Path, plan: dict[str, Any], expected: dict[str, dict[str, str
             result["read"] = "foreign"
             result["error"] = "".join(traceback.format_exception(exc))[-1500:]
         else:
-            got = {s["__key__"]: {k: v.hex() for k, v in s.items() if not k.startswith("__")} for s in samples}
+            got = {
+                s["__key__"]: {k: v.hex() for k, v in s.items() if not k.startswith("__")} for s in samples
+            }
             same = len(samples) == len(expected) and got == expected
             result["read"] = "identical" if same else "silent difference"
         try:

@@ -68,7 +68,15 @@ def run_cases(base: Path, seed: int, num_cases: int) -> list[dict[str, Any]]:
     case = 0
     while case < num_cases:
         child = subprocess.Popen(
-            [sys.executable, "-m", "tests.fuzz_worker", str(base), str(seed), str(case), str(num_cases - case)],
+            [
+                sys.executable,
+                "-m",
+                "tests.fuzz_worker",
+                str(base),
+                str(seed),
+                str(case),
+                str(num_cases - case),
+            ],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -114,7 +122,9 @@ def test_damage_is_an_error_never_silent_nor_foreign(base: Path) -> None:
     bad = [r for r in results if r["read"] not in ("error", "identical") or r.get("verify") == "foreign"]
     assert not bad, f"seed {SEED}: {len(bad)} bad cases:\n" + "\n".join(json.dumps(r) for r in bad[:10])
     undetected = [r for r in results if r["kind"] != "manifest" and r.get("verify") == "clean"]
-    assert not undetected, "verify missed damage to a shard or index:\n" + "\n".join(map(json.dumps, undetected))
+    assert not undetected, "verify missed damage to a shard or index:\n" + "\n".join(
+        map(json.dumps, undetected)
+    )
     # the harness itself can fail: damage must be caught on read in most cases, and reach every format
     caught = {fmt: sum(r["read"] == "error" for r in results if r["format"] == fmt) for fmt in FORMATS}
     assert all(count > 0 for count in caught.values()), caught

@@ -28,7 +28,9 @@ SHA = "ab" * 32
 def small_manifest(fmt: str = "tar") -> Manifest:
     index = fmt != "lmdb"
     shards = tuple(
-        ShardEntry(f"train/shard-{i:06d}.{fmt}", 3 + i, 1000 + i, SHA, *((f"train/{i}.idx", SHA) if index else ()))
+        ShardEntry(
+            f"train/shard-{i:06d}.{fmt}", 3 + i, 1000 + i, SHA, *((f"train/{i}.idx", SHA) if index else ())
+        )
         for i in range(2)
     )
     return Manifest(format=fmt, fields=("bin", "cls"), splits={"train": shards}, split_rule={"method": "m"})
@@ -61,7 +63,9 @@ def test_a_changed_field_name_is_caught_by_the_digest(tmp_path: Path) -> None:
         load_manifest(tmp_path)
 
 
-def test_version_1_reads_without_checks_and_says_so_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_version_1_reads_without_checks_and_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     data = small_manifest().to_json()
     for key in ("index_version", "sample_checksum", DIGEST_KEY):
         del data[key]

@@ -122,4 +122,3 @@ def get_format(name: str) -> Format:
 
 def all_formats() -> dict[str, Format]:
     return {name: get_format(name) for name in FORMAT_NAMES}
-

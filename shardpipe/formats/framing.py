@@ -126,7 +126,11 @@ def decode(record: bytes | memoryview, *, version: int = VERSION, check: bool = 
         if pos + sum(lengths[:count]) != end:
             raise FramingError(f"record is {size} bytes, its header declares {pos + sum(lengths[:count])}")
         view = record if isinstance(record, memoryview) else memoryview(record)
-        if check and version >= 2 and xxhash.xxh3_64_intdigest(view[:end]) != _CHECKSUM.unpack_from(view, end)[0]:
+        if (
+            check
+            and version >= 2
+            and xxhash.xxh3_64_intdigest(view[:end]) != _CHECKSUM.unpack_from(view, end)[0]
+        ):
             raise FramingError("record bytes differ from their checksum")
         schema = bytes(view[names_start:pos])
         names = _schemas.get(schema) or _names(schema, count)

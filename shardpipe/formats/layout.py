@@ -20,6 +20,7 @@ against its manifest sha256 and for spans inside their samples before anyone sli
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +60,9 @@ class ShardIndex:
 
     def __init__(self, table: np.ndarray, fields: Sequence[str], *, version: int = INDEX_VERSION) -> None:
         if version not in INDEX_VERSIONS:
-            raise DataError(f"index version {version} is not supported; this shardpipe reads {INDEX_VERSIONS}")
+            raise DataError(
+                f"index version {version} is not supported; this shardpipe reads {INDEX_VERSIONS}"
+            )
         first = fixed_columns(version)
         if table.ndim != 2 or table.shape[1] != first + 2 * len(fields) or len(table) < 1:
             raise DataError(f"index table of shape {table.shape} does not fit {len(fields)} fields")
@@ -178,7 +181,11 @@ class ShardIndex:
         )
         field_starts, field_stops = self.field_starts[:-1], self.field_stops[:-1]  # (samples, fields)
         present = field_starts != NO_SPAN
-        inside = (starts[:, None] <= field_starts) & (field_starts <= field_stops) & (field_stops <= stops[:, None])
+        inside = (
+            (starts[:, None] <= field_starts)
+            & (field_starts <= field_stops)
+            & (field_stops <= stops[:, None])
+        )
         bad |= (present & ~inside).any(axis=1) & plain
         bad |= ~plain & (present.any(axis=1) | (self.key_stops[:-1] != PARSE))
         hits = np.flatnonzero(bad)
@@ -204,12 +211,14 @@ class ShardIndex:
     __hash__ = None  # type: ignore[assignment]
 
 
-def span_checksums(data: bytes | memoryview, offsets: Sequence[int] | np.ndarray, base: int = 0) -> np.ndarray:
+def span_checksums(
+    data: bytes | memoryview, offsets: Sequence[int] | np.ndarray, base: int = 0
+) -> np.ndarray:
     """``(len(offsets) - 1,)`` checksums of the spans between consecutive ``offsets``; ``data`` holds the
     file from byte ``base``."""
     view = memoryview(data)
     bounds = [int(x) - base for x in offsets]
-    return np.array([checksum(view[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)], dtype="<u8")
+    return np.array([checksum(view[a:b]) for a, b in itertools.pairwise(bounds)], dtype="<u8")
 
 
 def shard_checksums(path: Path, layouts: Sequence[SampleLayout], end: int) -> np.ndarray:
@@ -230,7 +239,10 @@ def check_spans(view: memoryview, index: ShardIndex, start: int, stop: int, base
     for i, want in enumerate(expected):
         if checksum(view[bounds[i] : bounds[i + 1]]) != want:
             raise CorruptShardError(
-                shard, "sample bytes differ from their checksum", sample_index=start + i, offset=base + bounds[i]
+                shard,
+                "sample bytes differ from their checksum",
+                sample_index=start + i,
+                offset=base + bounds[i],
             )
 
 

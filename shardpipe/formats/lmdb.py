@@ -30,7 +30,16 @@ import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.formats import Column, Fields, Offsets, framing
-from shardpipe.formats.layout import KEY_START, KEY_STOP, NO_SPAN, OFFSET, PARSE, SampleLayout, ShardIndex, fixed_columns
+from shardpipe.formats.layout import (
+    KEY_START,
+    KEY_STOP,
+    NO_SPAN,
+    OFFSET,
+    PARSE,
+    SampleLayout,
+    ShardIndex,
+    fixed_columns,
+)
 
 COUNT_KEY = b"__count__"
 VERSION_KEY = b"__shardpipe__"
@@ -211,7 +220,9 @@ class LmdbReader:
                 for index in range(start, stop):
                     value = next(values, None)
                     if value is None or (index == stop - 1 and bytes(cursor.key()) != _INDEX.pack(index)):
-                        raise CorruptShardError(shard, "records are missing or out of order", sample_index=index)
+                        raise CorruptShardError(
+                            shard, "records are missing or out of order", sample_index=index
+                        )
                     yield self._decode(value, index)
         except lmdb.Error as exc:
             raise CorruptShardError(shard, f"LMDB: {exc}", sample_index=index) from exc

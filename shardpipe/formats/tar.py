@@ -179,7 +179,9 @@ class TarWriter:
         rows[:, 0] = starts[:: len(order)]
         rows[:, 1] = rows[:, 0]  # the key opens the first header's name field
         rows[:, 2] = rows[:, 0] + np.fromiter(map(len, raw_keys), dtype=np.int64, count=len(keys))
-        rows[:, CHECKSUM] = span_checksums(blob, [*rows[:, 0].tolist(), self._position + len(blob)], self._position)
+        rows[:, CHECKSUM] = span_checksums(
+            blob, [*rows[:, 0].tolist(), self._position + len(blob)], self._position
+        )
         rows[:, first::2] = data_starts
         rows[:, first + 1 :: 2] = data_starts + sizes.reshape(len(keys), len(order))
         pax_samples = (prefix_lengths != BLOCK).reshape(len(keys), len(order)).any(axis=1)
@@ -192,8 +194,6 @@ class TarWriter:
         self._file.write(END_OF_ARCHIVE)
         self._file.close()
         return ShardIndex.from_batches(self._batches, self._position)
-
-
 
 
 class TarReader(SpanReader):
@@ -211,7 +211,9 @@ class TarReader(SpanReader):
                 if self._check_framing:
                     _check_member_headers(view, index, start, stop, base, shard)
                 return cut_samples(view, index, start, stop, base, shard)
-        samples, _ = parse(view, shard, base, start, until_end_marker=False, check_headers=self._check_framing)
+        samples, _ = parse(
+            view, shard, base, start, until_end_marker=False, check_headers=self._check_framing
+        )
         if len(samples) != stop - start:
             detail = f"span holds {len(samples)} samples, the index says {stop - start}"
             raise CorruptShardError(shard, detail, sample_index=start, offset=base)

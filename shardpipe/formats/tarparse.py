@@ -174,7 +174,9 @@ def parse(
             verify_checksums(buf, [h for h in walked if h + BLOCK <= len(buf)], shard, base)
         at = exc.pos if isinstance(exc, BadHeaderError) else (walked[-1] if walked else 0)
         detail = str(exc) if isinstance(exc, BadHeaderError) else f"malformed header: {exc}"
-        raise CorruptShardError(shard, detail, sample_index=first_index + len(samples), offset=base + at) from None
+        raise CorruptShardError(
+            shard, detail, sample_index=first_index + len(samples), offset=base + at
+        ) from None
     if check_headers:
         verify_checksums(buf, walked, shard, base)
     return samples, walk.stop

@@ -126,7 +126,9 @@ class TfrecordWriter:
         first = fixed_columns(2)
         rows = np.empty((len(keys), first + spans.shape[1] - 3), dtype="<u8")  # a version-2 index's rows
         rows[:, :3] = spans[:, :3]
-        rows[:, CHECKSUM] = span_checksums(blob, [*starts.tolist(), self._position + len(blob)], self._position)
+        rows[:, CHECKSUM] = span_checksums(
+            blob, [*starts.tolist(), self._position + len(blob)], self._position
+        )
         rows[:, first:] = spans[:, 3:]
         self._batches.append((ordered_names, rows))
         self._position += int(sizes.sum())
