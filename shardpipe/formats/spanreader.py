@@ -20,8 +20,9 @@ from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.formats import Fields, Offsets
 from shardpipe.formats.layout import ShardIndex
 
-READ_CHUNK = 1 << 23
-"""Bytes of whole samples per read (one sample may exceed it)."""
+READ_CHUNK = 1 << 20
+"""Bytes of whole samples per read (one sample may exceed it): small enough that a chunk is still in the
+CPU cache when its samples are checked and sliced (docs/performance.md, "Formats")."""
 
 
 class SpanReader:
