@@ -89,8 +89,10 @@ def main(argv: list[str] | None = None) -> None:
                                 read_all(fmt, path, index_or_none, num_samples, span, check, passes)
                             )
                     off, on = statistics.median(times[False]) * 1e3, statistics.median(times[True]) * 1e3
-                    row = f"| {name} | {label} | {span} | {num_samples} | {off:.1f} | {on:.1f} | {on / off - 1:+.1%} |"
-                    print(row)
+                    cost = on / off - 1
+                    print(
+                        f"| {name} | {label} | {span} | {num_samples} | {off:.1f} | {on:.1f} | {cost:+.1%} |"
+                    )
                 path.unlink()
 
 

@@ -69,6 +69,8 @@ class ShardIndex:
         self.table = table
         self.fields = tuple(fields)
         self.version = version
+        self.first_field = first
+        """Column of the first field's start; field j's span is columns ``first_field + 2j`` and ``+ 1``."""
         self.offsets = table[:, OFFSET]
         """``(num_samples + 1,)``: where each sample starts, then the end offset."""
         self.key_starts = table[:, KEY_START]
@@ -78,6 +80,11 @@ class ShardIndex:
         self.field_starts = table[:, first::2]
         """``(num_samples + 1, num_fields)``; ``NO_SPAN`` where a sample lacks the field."""
         self.field_stops = table[:, first + 1 :: 2]
+
+    def rows(self, start: int, stop: int) -> list[list[int]]:
+        """Rows ``start..stop`` inclusive (the last gives the span's end offset) as Python ints."""
+        rows: list[list[int]] = self.table[start : stop + 1].tolist()
+        return rows
 
     @property
     def num_samples(self) -> int:
@@ -229,48 +236,43 @@ def shard_checksums(path: Path, layouts: Sequence[SampleLayout], end: int) -> np
     return span_checksums(data, [sample.offset for sample in layouts] + [end])
 
 
-def check_spans(view: memoryview, index: ShardIndex, start: int, stop: int, base: int, shard: str) -> None:
-    """Raise naming the first sample of ``[start, stop)`` whose bytes (``view`` holds the file from byte
-    ``base``) differ from its checksum; the index must be version 2."""
-    if index.checksums is None:
-        raise DataError(f"the index of {shard} has no sample checksums (version {index.version})")
-    bounds = (index.offsets[start : stop + 1] - base).tolist()
-    expected = index.checksums[start:stop].tolist()
-    for i, want in enumerate(expected):
-        if checksum(view[bounds[i] : bounds[i + 1]]) != want:
+Rows = list[list[int]]
+"""Index rows ``start..stop`` inclusive as Python ints (:meth:`ShardIndex.rows`): one numpy call per span,
+then plain Python, which is what a span of a few samples can afford."""
+
+
+def check_spans(view: memoryview, rows: Rows, start: int, base: int, shard: str) -> None:
+    """Raise naming the first sample of ``rows`` (sample ``start`` first; ``view`` holds the file from byte
+    ``base``) whose bytes differ from its checksum. ``rows`` must come from a version-2 index."""
+    for i in range(len(rows) - 1):
+        row, a = rows[i], rows[i][OFFSET] - base
+        if checksum(view[a : rows[i + 1][OFFSET] - base]) != row[CHECKSUM]:
             raise CorruptShardError(
-                shard,
-                "sample bytes differ from their checksum",
-                sample_index=start + i,
-                offset=base + bounds[i],
+                shard, "sample bytes differ from their checksum", sample_index=start + i, offset=base + a
             )
 
 
-def is_plain(index: ShardIndex, start: int, stop: int) -> bool:
-    """Whether samples ``[start, stop)`` can all be sliced by their spans (none needs the parser)."""
-    return not (index.key_starts[start:stop] == PARSE).any()
+def is_plain(rows: Rows) -> bool:
+    """Whether all samples of ``rows`` can be sliced by their spans (none needs the parser)."""
+    return all(row[KEY_START] != PARSE for row in rows[:-1])
 
 
 def cut_samples(
-    view: memoryview, index: ShardIndex, start: int, stop: int, base: int, shard: str
+    view: memoryview, rows: Rows, index: ShardIndex, start: int, base: int, shard: str
 ) -> list[tuple[str, dict[str, bytes]]]:
-    """Slice samples ``[start, stop)``'s keys and fields out of ``view``, which holds the file from ``base``.
-
-    The spans were checked to lie inside their samples when the index was loaded or built.
-    """
-    key_starts = (index.key_starts[start:stop] - base).tolist()
-    key_stops = (index.key_stops[start:stop] - base).tolist()
-    field_starts = index.field_starts[start:stop].tolist()  # (samples, fields)
-    field_stops = index.field_stops[start:stop].tolist()
-    names = index.fields
+    """Slice the keys and fields of ``rows``' samples (sample ``start`` first) out of ``view``, which holds
+    the file from ``base``. The spans were checked to lie inside their samples when the index was loaded
+    or built."""
+    columns = [(name, index.first_field + 2 * j) for j, name in enumerate(index.fields)]
     out = []
-    for i in range(stop - start):
+    for i in range(len(rows) - 1):
+        row = rows[i]
         sample: dict[str, bytes] = {}
-        for name, a, b in zip(names, field_starts[i], field_stops[i], strict=True):
-            if a != NO_SPAN:
-                sample[name] = view[a - base : b - base].tobytes()
+        for name, column in columns:
+            if (a := row[column]) != NO_SPAN:
+                sample[name] = view[a - base : row[column + 1] - base].tobytes()
         try:
-            key = str(view[key_starts[i] : key_stops[i]], "utf-8")
+            key = str(view[row[KEY_START] - base : row[KEY_STOP] - base], "utf-8")
         except UnicodeDecodeError as exc:
             raise CorruptShardError(shard, f"key is not UTF-8: {exc}", sample_index=start + i) from None
         out.append((key, sample))

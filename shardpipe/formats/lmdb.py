@@ -59,7 +59,11 @@ class LmdbWriter:
 
     def __init__(self, path: Path) -> None:
         Path(path).unlink(missing_ok=True)  # a stale file would be appended to, not replaced
-        self._env = _open(path, map_size=_INITIAL_MAP_SIZE, sync=False, metasync=False, readahead=False)
+        self._shard = str(path)
+        try:
+            self._env = _open(path, map_size=_INITIAL_MAP_SIZE, sync=False, metasync=False, readahead=False)
+        except lmdb.Error as exc:
+            raise DataError(f"cannot create LMDB shard {path}: {exc}") from exc
         self._pending: list[tuple[bytes, bytes]] = []
         self._pending_bytes = 0
         self._num_samples = 0
@@ -81,6 +85,13 @@ class LmdbWriter:
             self._commit()
 
     def _commit(self) -> None:
+        try:
+            self._put_pending()
+        except lmdb.Error as exc:  # a full disk, say: name the shard
+            raise DataError(f"cannot write LMDB shard {self._shard}: {exc}") from exc
+        self._pending, self._pending_bytes = [], 0
+
+    def _put_pending(self) -> None:
         # Grow the map ahead of the chunk (room for twice its bytes: B-tree and overflow-page slack), so a
         # MapFullError, which throws the whole chunk's transaction away, stays the rare fallback.
         info = self._env.info()
@@ -94,7 +105,6 @@ class LmdbWriter:
                 break
             except lmdb.MapFullError:
                 self._env.set_mapsize(self._env.info()["map_size"] * 2)
-        self._pending, self._pending_bytes = [], 0
 
     def abort(self) -> None:
         self._env.close()

@@ -19,7 +19,10 @@ from shardpipe.errors import CorruptShardError, DataError
 from shardpipe.formats import WRITE_BUFFER, Column, Fields, Offsets
 from shardpipe.formats.layout import (
     CHECKSUM,
+    KEY_START,
+    KEY_STOP,
     NO_SPAN,
+    OFFSET,
     PARSE,
     SampleLayout,
     ShardIndex,
@@ -176,16 +179,18 @@ class TarWriter:
         data_starts = (starts + prefix_lengths).reshape(len(keys), len(order))
         first = fixed_columns(2)
         rows = np.empty((len(keys), first + 2 * len(order)), dtype="<u8")  # a version-2 index's rows
-        rows[:, 0] = starts[:: len(order)]
-        rows[:, 1] = rows[:, 0]  # the key opens the first header's name field
-        rows[:, 2] = rows[:, 0] + np.fromiter(map(len, raw_keys), dtype=np.int64, count=len(keys))
+        rows[:, OFFSET] = starts[:: len(order)]
+        rows[:, KEY_START] = rows[:, OFFSET]  # the key opens the first header's name field
+        rows[:, KEY_STOP] = rows[:, OFFSET] + np.fromiter(map(len, raw_keys), dtype=np.int64, count=len(keys))
         rows[:, CHECKSUM] = span_checksums(
-            blob, [*rows[:, 0].tolist(), self._position + len(blob)], self._position
+            blob, [*rows[:, OFFSET].tolist(), self._position + len(blob)], self._position
         )
         rows[:, first::2] = data_starts
         rows[:, first + 1 :: 2] = data_starts + sizes.reshape(len(keys), len(order))
         pax_samples = (prefix_lengths != BLOCK).reshape(len(keys), len(order)).any(axis=1)
-        rows[pax_samples, 1:3] = PARSE  # a PAX name: the index marks the sample for parsing
+        rows[pax_samples, KEY_START : KEY_STOP + 1] = (
+            PARSE  # a PAX name: the index marks the sample for parsing
+        )
         rows[pax_samples, first:] = NO_SPAN
         self._batches.append((tuple(names[j] for j in order), rows))
         self._position = int(starts[-1] + lengths[-1])
@@ -205,12 +210,13 @@ class TarReader(SpanReader):
         """Sliced by the index after checking each sample's checksum, or parsed (checking headers)."""
         index, shard = self._index, self._shard
         if isinstance(index, ShardIndex):
+            rows = index.rows(start, stop)
             if self._verified:
-                check_spans(view, index, start, stop, base, shard)
-            if is_plain(index, start, stop):
+                check_spans(view, rows, start, base, shard)
+            if is_plain(rows):
                 if self._check_framing:
                     _check_member_headers(view, index, start, stop, base, shard)
-                return cut_samples(view, index, start, stop, base, shard)
+                return cut_samples(view, rows, index, start, base, shard)
         samples, _ = parse(
             view, shard, base, start, until_end_marker=False, check_headers=self._check_framing
         )

@@ -23,6 +23,8 @@ from shardpipe.errors import CorruptShardError, DataError
 from shardpipe.formats import WRITE_BUFFER, Column, Fields, Offsets
 from shardpipe.formats.layout import (
     CHECKSUM,
+    KEY_STOP,
+    OFFSET,
     SampleLayout,
     ShardIndex,
     check_spans,
@@ -125,7 +127,7 @@ class TfrecordWriter:
         spans += starts[:, None]
         first = fixed_columns(2)
         rows = np.empty((len(keys), first + spans.shape[1] - 3), dtype="<u8")  # a version-2 index's rows
-        rows[:, :3] = spans[:, :3]
+        rows[:, OFFSET : KEY_STOP + 1] = spans[:, :3]  # _Frame.spans: (0, key start, key stop, values...)
         rows[:, CHECKSUM] = span_checksums(
             blob, [*starts.tolist(), self._position + len(blob)], self._position
         )
@@ -180,12 +182,13 @@ class TfrecordReader(SpanReader):
         framing and CRCs); otherwise parsed."""
         index, shard = self._index, self._shard
         if isinstance(index, ShardIndex):
+            rows = index.rows(start, stop)
             if self._verified:
-                check_spans(view, index, start, stop, base, shard)
-            if is_plain(index, start, stop):
+                check_spans(view, rows, start, base, shard)
+            if is_plain(rows):
                 if self._check_framing:
                     _check_framing(view, index, start, stop, base, shard)
-                return cut_samples(view, index, start, stop, base, shard)
+                return cut_samples(view, rows, index, start, base, shard)
         buf, stem = bytes(view), Path(shard).stem
         out = [
             _decode(buf, data, end, shard, stem, i, base + record)
