@@ -539,3 +539,34 @@ def test_tar_version_1_index_still_checks_headers(tmp_path: Path) -> None:
     with pytest.raises(CorruptShardError, match="header checksum") as info:
         list(fmt.read(path, 0, 4, v1))
     assert info.value.sample_index == 2
+
+
+def test_index_read_checks_sha256_shape_and_spans(tmp_path: Path) -> None:
+    import hashlib
+
+    fmt, path = get_format("tar"), tmp_path / "s.tar"
+    index = write(fmt, path, some_samples(5))
+    idx = tmp_path / "s.tar.idx"
+    raw = index.to_bytes()
+    idx.write_bytes(raw)
+    sha = hashlib.sha256(raw).hexdigest()
+    loaded = ShardIndex.read(idx, 5, index.fields, sha256=sha)
+    assert loaded == index and loaded.checksums is not None and loaded.num_samples == 5
+    with pytest.raises(DataError, match="holds"):
+        ShardIndex.read(idx, 6, index.fields)
+    with pytest.raises(DataError, match="holds"):
+        ShardIndex.read(idx, 5, index.fields, version=1)  # one column fewer per row
+    table = index.table.copy()
+    table[2, index.first_field] = table[3, 0] + 10  # a field starting past its sample
+    idx.write_bytes(table.tobytes())
+    with pytest.raises(DataError, match=r"does not match its sha256"):
+        ShardIndex.read(idx, 5, index.fields, sha256=sha)
+    with pytest.raises(DataError, match="sample 2 points outside its sample"):
+        ShardIndex.read(idx, 5, index.fields)
+    table = index.table.copy()
+    table[3, 0], table[4, 0] = table[4, 0], table[3, 0]  # offsets going backwards
+    idx.write_bytes(table.tobytes())
+    with pytest.raises(DataError, match="sample 3 points outside"):
+        ShardIndex.read(idx, 5, index.fields)
+    with pytest.raises(DataError, match="cannot read index"):
+        ShardIndex.read(tmp_path / "missing.idx", 5, index.fields)
