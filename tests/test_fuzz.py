@@ -33,10 +33,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def make_source(src: Path) -> dict[str, dict[str, str]]:
-    """24 samples of two fields, sizes from empty to past an LMDB page, one key long enough for a PAX
-    header (the parser's path); return them as the worker compares them (hex by key)."""
+    """48 samples of two fields, sizes from empty to past an LMDB page (so LMDB shards have overflow pages
+    and several leaves under a branch page), one key long enough for a PAX header (the parser's path);
+    return them as the worker compares them (hex by key)."""
     expected: dict[str, dict[str, str]] = {}
-    for i in range(24):
+    for i in range(48):
         stem = f"{i:04d}" if i != 5 else "k" * 110
         key = f"c{i % 3}/{stem}"
         (src / f"c{i % 3}").mkdir(parents=True, exist_ok=True)
@@ -55,7 +56,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     expected = make_source(base / "src")
     for fmt in FORMATS:
         result = CliRunner().invoke(
-            main, ["pack", str(base / "src"), str(base / fmt), "--format", fmt, "--max-samples", "7", "-q"]
+            main, ["pack", str(base / "src"), str(base / fmt), "--format", fmt, "--max-samples", "16", "-q"]
         )
         assert result.exit_code == 0, result.output
     (base / "expected.json").write_text(json.dumps(expected))

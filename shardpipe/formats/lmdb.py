@@ -184,6 +184,14 @@ def _check_complete(env: lmdb.Environment, file_size: int, shard: str) -> None:
         raise CorruptShardError(shard, f"truncated: {file_size:,} bytes, its pages need {needed:,}")
 
 
+def _small(value: memoryview | None) -> bytes:
+    """A key or metadata value as bytes; ``b"?"`` when it is too long to be one, without touching it (a
+    damaged length must not lead the copy past the file's end)."""
+    if value is None:
+        return b""
+    return bytes(value) if len(value) <= 64 else b"?"
+
+
 class LmdbReader:
     """Reads spans of one LMDB shard through one environment it owns (see the module docstring)."""
 
@@ -195,7 +203,7 @@ class LmdbReader:
         self._closer = weakref.finalize(self, _release, key, self._pid)
         try:
             with self._env.begin(buffers=True) as txn:
-                count, version = (bytes(txn.get(k) or b"") for k in (COUNT_KEY, VERSION_KEY))
+                count, version = (_small(txn.get(k)) for k in (COUNT_KEY, VERSION_KEY))
         except lmdb.Error as exc:
             self.close()
             raise CorruptShardError(shard, f"LMDB: {exc}") from exc
@@ -229,7 +237,7 @@ class LmdbReader:
                 values = cursor.iternext(keys=False, values=True)
                 for index in range(start, stop):
                     value = next(values, None)
-                    if value is None or (index == stop - 1 and bytes(cursor.key()) != _INDEX.pack(index)):
+                    if value is None or (index == stop - 1 and _small(cursor.key()) != _INDEX.pack(index)):
                         raise CorruptShardError(
                             shard, "records are missing or out of order", sample_index=index
                         )
@@ -253,10 +261,11 @@ class LmdbReader:
         try:
             with self._env.begin(buffers=True) as txn:
                 for raw_key, value in txn.cursor():
-                    if raw_key in (COUNT_KEY, VERSION_KEY):
+                    raw = _small(raw_key)
+                    if raw in (COUNT_KEY, VERSION_KEY):
                         continue
-                    if bytes(raw_key) != _INDEX.pack(len(keys)):
-                        detail = f"unexpected key {bytes(raw_key)!r}"
+                    if raw != _INDEX.pack(len(keys)):
+                        detail = f"unexpected key {raw!r}"
                         raise CorruptShardError(shard, detail, sample_index=len(keys))
                     key, fields = self._decode(value, len(keys))
                     layouts.append(SampleLayout(len(keys), None, dict.fromkeys(fields)))
