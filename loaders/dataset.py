@@ -43,7 +43,7 @@ from loaders.planner import (
 from loaders.position import Position
 from loaders.world import get_worker, get_world
 from shardpipe.errors import DataError
-from shardpipe.formats import get_format
+from shardpipe.formats import ShardReader, get_format
 from shardpipe.formats.layout import ShardIndex
 from shardpipe.manifest import Manifest, load_manifest, manifest_path
 
@@ -57,7 +57,7 @@ OnError = Literal["raise", "skip"]
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
-    """How a split is read; everything here but ``on_error`` and ``check`` shapes the order."""
+    """How a split is read; everything here but ``on_error``, ``batched`` and ``check`` shapes the order."""
 
     split: str = "train"
     shuffle: bool = True
@@ -68,6 +68,7 @@ class ReadOptions:
     batch_size: int = 1
     on_error: OnError = "raise"
     batched: bool = False
+    check: bool = True
 
     def __post_init__(self) -> None:
         if self.on_error not in ("raise", "skip"):
@@ -98,11 +99,15 @@ class ShardedDataset(IterableDataset[Sample]):
         rank: int | None = None,
         world_size: int | None = None,
         on_error: OnError = "raise",
+        check: bool = True,
     ) -> None:
+        """``check=False`` skips the per-sample checksums (and the index's sha256) on every read."""
         super().__init__()
         self.manifest: Manifest = load_manifest(path)
         self.root = manifest_path(path).parent
-        self.options = ReadOptions(split, shuffle, seed, remainder, shuffle_buffer, block_size, 1, on_error)
+        self.options = ReadOptions(
+            split, shuffle, seed, remainder, shuffle_buffer, block_size, 1, on_error, check=check
+        )
         self.shards = self.manifest.split_shards(split)
         self.shard_sizes = [s.num_samples for s in self.shards]
         self.format = get_format(self.manifest.format)
@@ -279,40 +284,51 @@ class ShardedDataset(IterableDataset[Sample]):
 
 
 class _Readers:
-    """This process's open shards, least recently used closed first; dropped, never used, after a fork."""
+    """This process's open shards, least recently used closed first; dropped, never used, after a fork.
+
+    A reader opens its file (or LMDB environment) once and reads many small spans from it; its index is
+    checked against the manifest's sha256 when loaded.
+    """
 
     def __init__(self, dataset: ShardedDataset) -> None:
-        self._dataset = dataset
+        # What opening a reader needs, not the dataset itself: no cycle keeps files open past a drop.
+        self._root, self._shards, self._format = dataset.root, dataset.shards, dataset.format
+        self._manifest, self._check = dataset.manifest, dataset.options.check
         self._pid = os.getpid()
-        self._indexes: OrderedDict[int, ShardIndex | None] = OrderedDict()
+        self._open: OrderedDict[int, ShardReader] = OrderedDict()
 
     def read_columns(self, shard_index: int, start: int, stop: int, names: tuple[str, ...]) -> Columns:
-        dataset = self._dataset
-        entry = dataset.shards[shard_index]
-        samples = dataset.format.read(dataset.root / entry.path, start, stop, self._index(shard_index))
-        return samples_to_columns(names, samples)
+        return samples_to_columns(names, self._reader(shard_index).read(start, stop))
 
-    def _index(self, shard_index: int) -> ShardIndex | None:
-        if self._pid != os.getpid():
-            self._indexes.clear()
+    def _reader(self, shard_index: int) -> ShardReader:
+        if self._pid != os.getpid():  # inherited through a fork: never used here, never closed here
+            self._open = OrderedDict()
             self._pid = os.getpid()
-        if shard_index in self._indexes:
-            self._indexes.move_to_end(shard_index)
-            return self._indexes[shard_index]
-        dataset = self._dataset
-        entry = dataset.shards[shard_index]
+        reader = self._open.get(shard_index)
+        if reader is not None:
+            self._open.move_to_end(shard_index)
+            return reader
+        entry = self._shards[shard_index]
         index = None
         if entry.index_path is not None:
             index = ShardIndex.read(
-                dataset.root / entry.index_path, entry.num_samples, dataset.manifest.fields
+                self._root / entry.index_path,
+                entry.num_samples,
+                self._manifest.fields,
+                version=self._manifest.index_version,
+                sha256=entry.index_sha256 if self._check else None,
             )
-        self._indexes[shard_index] = index
-        while len(self._indexes) > MAX_OPEN_SHARDS:
-            self._indexes.popitem(last=False)
-        return index
+        reader = self._format.open_reader(self._root / entry.path, index, check=self._check)
+        self._open[shard_index] = reader
+        while len(self._open) > MAX_OPEN_SHARDS:
+            self._open.popitem(last=False)[1].close()
+        return reader
 
     def close(self) -> None:
-        self._indexes.clear()
+        if self._pid == os.getpid():
+            for reader in self._open.values():
+                reader.close()
+        self._open.clear()
 
 
 MIN_BLOCKS_PER_WINDOW = 64

@@ -241,9 +241,9 @@ def index(folder: Path, split_name: str, overwrite: bool, quiet: bool) -> None:
     Scans each shard, writes its offset index beside it and a manifest.json in FOLDER, without
     repacking, so shardpipe's loaders read them like their own.
     """
-    from shardpipe.adopt import adopt
+    from shardpipe.index import index_folder
 
-    _echo_splits(adopt(folder, split_name=split_name, overwrite=overwrite, quiet=quiet), folder)
+    _echo_splits(index_folder(folder, split_name=split_name, overwrite=overwrite, quiet=quiet), folder)
 
 
 def _echo_splits(manifest: Manifest, root: Path) -> None:

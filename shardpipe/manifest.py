@@ -1,25 +1,38 @@
 """The manifest: the only contract between the pack stage and the loaders.
 
 ``OUT/manifest.json`` records everything a loader needs to plan an epoch before reading a byte:
-per-shard sample counts, sizes and checksums, and, for formats that seek by byte offset, the path of a
-per-shard index (``shardpipe.formats.layout``: where each sample, key and field sits). It holds no timestamps,
-so the same input and options give a byte-identical manifest.
+per-shard sample counts, sizes and checksums, and, for formats that seek by byte offset, the path and
+sha256 of a per-shard index (``shardpipe.formats.layout``: where each sample, key and field sits, and each
+sample's checksum). It holds no timestamps, so the same input and options give a byte-identical manifest.
+
+Version 2 adds ``index_version`` (the index's column layout), ``sample_checksum`` (the per-sample checksum
+every reader checks) and ``content_sha256``, a digest of the rest of the manifest, so that damage to the
+manifest itself (a field name, a count) is an error, not silently different data. Version-1 manifests
+still read, without per-sample checks, and say so once in the log. Anything malformed (bad JSON, wrong
+types, totals that disagree with the shards) raises :class:`DataError` naming the file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from shardpipe import __version__
 from shardpipe.atomic import write_bytes_atomic
 from shardpipe.errors import DataError
+from shardpipe.formats import CHECKSUM_NAME, FORMAT_NAMES, INDEX_VERSION
 
 MANIFEST_NAME = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+DIGEST_KEY = "content_sha256"
+_NEEDS_INDEX = {"tar", "tfrecord"}  # formats that seek by byte offset (kept here: no format imports)
+log = logging.getLogger("shardpipe")
+_warned_v1: set[str] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,14 +58,25 @@ class ShardEntry:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ShardEntry:
-        index = data.get("index") or {}
+        """Parse and check one shard entry; raises ``ValueError`` saying which entry is wrong."""
+        _expect(data, dict, "a shard entry")
+        path = _expect(data["path"], str, "a shard path")
+        where = f"shard {path!r}"
+        parts = PurePosixPath(path).parts
+        if not parts or path.startswith("/") or ".." in parts:
+            raise ValueError(f"{where}: the path must be relative inside the dataset")
+        index = data.get("index")
+        if index is not None:
+            _expect(index, dict, f"{where}: index")
+            _expect(index["path"], str, f"{where}: index path")
+            _expect(index["sha256"], str, f"{where}: index sha256")
         return cls(
-            path=data["path"],
-            num_samples=int(data["samples"]),
-            num_bytes=int(data["bytes"]),
-            sha256=data["sha256"],
-            index_path=index.get("path"),
-            index_sha256=index.get("sha256"),
+            path=path,
+            num_samples=_count(data["samples"], f"{where}: samples"),
+            num_bytes=_count(data["bytes"], f"{where}: bytes"),
+            sha256=_expect(data["sha256"], str, f"{where}: sha256"),
+            index_path=None if index is None else index["path"],
+            index_sha256=None if index is None else index["sha256"],
         )
 
 
@@ -70,6 +94,12 @@ class Manifest:
     """How samples are ordered within a split (method, and the seed of a hashed order)."""
     job: dict[str, Any] = field(default_factory=dict)
     """The pack job (fingerprint, output-shaping options, source) that a resume compares against."""
+    manifest_version: int = MANIFEST_VERSION
+    """The version this manifest was read as (1: no per-sample checksums); always written as the current."""
+    index_version: int = INDEX_VERSION
+    """The index files' column layout (:mod:`shardpipe.formats.layout`)."""
+    sample_checksum: str | None = CHECKSUM_NAME
+    """The per-sample checksum stored in indexes and LMDB records; ``None`` when samples have none."""
 
     def split_shards(self, split: str) -> tuple[ShardEntry, ...]:
         if split not in self.splits:
@@ -77,10 +107,12 @@ class Manifest:
         return self.splits[split]
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "manifest_version": MANIFEST_VERSION,
             "shardpipe_version": self.shardpipe_version,
             "format": self.format,
+            "index_version": self.index_version,
+            "sample_checksum": self.sample_checksum,
             "fields": list(self.fields),
             "classes": list(self.classes) if self.classes is not None else None,
             "source": self.source,
@@ -97,6 +129,8 @@ class Manifest:
                 for name, shards in self.splits.items()
             },
         }
+        data[DIGEST_KEY] = content_digest(data)
+        return data
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=False) + "\n"
@@ -107,27 +141,94 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Manifest:
+        """Parse and check a manifest's JSON; raises ``ValueError``, ``KeyError`` or ``TypeError`` saying
+        what is wrong (:func:`load_manifest` turns them into a :class:`DataError` naming the file)."""
+        _expect(data, dict, "the manifest")
         version = data.get("manifest_version")
-        if version != MANIFEST_VERSION:
-            raise DataError(
-                f"manifest version {version!r} is not supported (expected {MANIFEST_VERSION}); "
-                "repack with this shardpipe or upgrade it"
+        if not isinstance(version, int) or isinstance(version, bool) or version not in READABLE_VERSIONS:
+            raise _UnsupportedVersionError(
+                f"manifest version {version!r} is not supported (this shardpipe reads "
+                f"{', '.join(map(str, READABLE_VERSIONS))}); repack with this shardpipe or upgrade it"
             )
+        if version >= 2 and data.get(DIGEST_KEY) != content_digest(data):
+            raise ValueError(f"its {DIGEST_KEY} does not match its content (damaged or edited by hand)")
+        fmt = _expect(data["format"], str, "format")
+        if fmt not in FORMAT_NAMES:
+            raise ValueError(f"format {fmt!r} is not one of {', '.join(FORMAT_NAMES)}")
+        fields = tuple(_expect(data["fields"], list, "fields"))
+        if not all(isinstance(name, str) and name for name in fields) or len(set(fields)) != len(fields):
+            raise ValueError(f"fields {list(fields)!r} must be distinct non-empty names")
+        classes = data.get("classes")
+        if classes is not None and not all(isinstance(c, str) for c in _expect(classes, list, "classes")):
+            raise ValueError("classes must be names")
+        splits = {
+            _expect(name, str, "a split name"): _split(split, name, needs_index=fmt in _NEEDS_INDEX)
+            for name, split in _expect(data["splits"], dict, "splits").items()
+        }
+        index_version, checksum = 1, None
+        if version >= 2:
+            index_version = data["index_version"]
+            if (
+                not isinstance(index_version, int)
+                or isinstance(index_version, bool)
+                or index_version not in (1, 2)
+            ):
+                raise ValueError(f"index_version {index_version!r} is not 1 or 2")
+            checksum = data["sample_checksum"]
+            if checksum not in (CHECKSUM_NAME, None):
+                raise ValueError(f"sample_checksum {checksum!r} is not {CHECKSUM_NAME!r}")
         return cls(
-            format=data["format"],
-            fields=tuple(data["fields"]),
-            splits={
-                name: tuple(ShardEntry.from_json(s) for s in split["shards"])
-                for name, split in data["splits"].items()
-            },
-            split_rule=data["split_rule"],
-            source=data.get("source", {}),
-            classes=tuple(data["classes"]) if data.get("classes") is not None else None,
-            shard_limits=data.get("shard_limits", {}),
-            shardpipe_version=data.get("shardpipe_version", "unknown"),
-            order=data.get("order", {}),
-            job=data.get("job", {}),
+            format=fmt,
+            fields=fields,
+            splits=splits,
+            split_rule=_expect(data["split_rule"], dict, "split_rule"),
+            source=_expect(data.get("source", {}), dict, "source"),
+            classes=tuple(classes) if classes is not None else None,
+            shard_limits=_expect(data.get("shard_limits", {}), dict, "shard_limits"),
+            shardpipe_version=str(data.get("shardpipe_version", "unknown")),
+            manifest_version=version,
+            index_version=index_version,
+            sample_checksum=checksum,
+            order=_expect(data.get("order", {}), dict, "order"),
+            job=_expect(data.get("job", {}), dict, "job"),
         )
+
+
+class _UnsupportedVersionError(ValueError):
+    """A manifest version this shardpipe cannot read: said as is, not as "malformed"."""
+
+
+def content_digest(data: dict[str, Any]) -> str:
+    """sha256 of a manifest's JSON content without its own digest, independent of key order and spacing."""
+    content = {key: value for key, value in data.items() if key != DIGEST_KEY}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _expect(value: Any, kind: type, what: str) -> Any:
+    if not isinstance(value, kind):
+        raise TypeError(f"{what} is {type(value).__name__} {value!r:.60}, expected {kind.__name__}")
+    return value
+
+
+def _count(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{what} is {value!r:.60}, expected a count >= 0")
+    return value
+
+
+def _split(split: Any, name: str, *, needs_index: bool) -> tuple[ShardEntry, ...]:
+    """One split's shards, checked against the split's totals."""
+    _expect(split, dict, f"split {name!r}")
+    shards = tuple(ShardEntry.from_json(s) for s in _expect(split["shards"], list, f"split {name!r}: shards"))
+    for what, key, total in (
+        ("samples", "samples", sum(s.num_samples for s in shards)),
+        ("bytes", "bytes", sum(s.num_bytes for s in shards)),
+    ):
+        if _count(split[key], f"split {name!r}: {what}") != total:
+            raise ValueError(f"split {name!r} says {split[key]} {what}, its shards add up to {total}")
+    if needs_index and (missing := [s.path for s in shards if s.index_path is None]):
+        raise ValueError(f"shard {missing[0]!r} has no index; this format needs one")
+    return shards
 
 
 def manifest_path(path: str | Path) -> Path:
@@ -145,9 +246,22 @@ def load_manifest(path: str | Path) -> Manifest:
     except (OSError, ValueError) as exc:
         raise DataError(f"cannot read manifest {file}: {exc}") from exc
     try:
-        return Manifest.from_json(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DataError(f"manifest {file} is malformed: missing or bad entry {exc}") from exc
+        manifest = Manifest.from_json(data)
+    except _UnsupportedVersionError as exc:
+        raise DataError(f"manifest {file}: {exc}") from None
+    except KeyError as exc:
+        raise DataError(f"manifest {file} is malformed: missing entry {exc}") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise DataError(f"manifest {file} is malformed: {exc}") from None
+    if manifest.manifest_version < 2 and str(file.resolve()) not in _warned_v1:
+        _warned_v1.add(str(file.resolve()))
+        log.warning(
+            "manifest %s is version %d: samples are read without per-sample checksums; repack "
+            "(or rerun `shardpipe index --overwrite` on adopted shards) to add them",
+            file,
+            manifest.manifest_version,
+        )
+    return manifest
 
 
 def write_manifest(root: Path, manifest: Manifest) -> None:

@@ -1,4 +1,9 @@
-"""``shardpipe verify``: recompute everything the manifest claims and list every disagreement."""
+"""``shardpipe verify``: recompute everything the manifest claims and list every disagreement.
+
+Per shard: size, sha256, every record parsed (and, for LMDB, each record's checksum checked), the sample
+count, and, for formats with an index, the index's sha256 and every entry recomputed from the shard,
+sample checksums included.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,16 @@ import numpy as np
 
 from shardpipe.errors import DataError
 from shardpipe.formats import Format, get_format
-from shardpipe.formats.layout import SampleLayout, ShardIndex
-from shardpipe.manifest import ShardEntry, load_manifest, sha256_file
+from shardpipe.formats.layout import CHECKSUM, SampleLayout, ShardIndex, shard_checksums
+from shardpipe.manifest import Manifest, ShardEntry, load_manifest, sha256_file
 from shardpipe.progress import Progress
 
 
 def verify(root: Path, *, quiet: bool = False) -> list[str]:
-    """Return one line per problem (file and position); an empty list means the dataset is sound."""
+    """Return one line per problem (file and position); an empty list means the dataset is sound.
+
+    Raises :class:`DataError` when the manifest itself cannot be read.
+    """
     manifest = load_manifest(root)
     root = root if root.is_dir() else root.parent
     fmt = get_format(manifest.format)
@@ -22,13 +30,16 @@ def verify(root: Path, *, quiet: bool = False) -> list[str]:
     progress = Progress("verify", sum(s.num_samples for s in shards), quiet=quiet)
     problems: list[str] = []
     for entry in shards:
-        problems += _verify_shard(root, entry, fmt, manifest.fields)
+        try:
+            problems += _verify_shard(root, entry, fmt, manifest)
+        except OSError as exc:
+            problems.append(f"{entry.path}: cannot read: {exc}")
         progress.update(entry.num_samples, entry.num_bytes)
     progress.close()
     return problems
 
 
-def _verify_shard(root: Path, entry: ShardEntry, fmt: Format, fields: tuple[str, ...]) -> list[str]:
+def _verify_shard(root: Path, entry: ShardEntry, fmt: Format, manifest: Manifest) -> list[str]:
     path = root / entry.path
     if not path.is_file():
         return [f"{entry.path}: missing"]
@@ -44,16 +55,16 @@ def _verify_shard(root: Path, entry: ShardEntry, fmt: Format, fields: tuple[str,
         return [*problems, str(exc)]
     if len(keys) != entry.num_samples:
         problems.append(f"{entry.path}: {len(keys):,} samples, manifest says {entry.num_samples:,}")
-    extra = {name for sample in layouts for name in sample.fields} - set(fields)
+    extra = {name for sample in layouts for name in sample.fields} - set(manifest.fields)
     if extra:
         problems.append(f"{entry.path}: fields {sorted(extra)} are not in the manifest")
     elif entry.index_path is not None:
-        problems += _verify_index(root, entry, layouts, end, fields)
+        problems += _verify_index(root, entry, path, layouts, end, manifest)
     return problems
 
 
 def _verify_index(
-    root: Path, entry: ShardEntry, layouts: list[SampleLayout], end: int, fields: tuple[str, ...]
+    root: Path, entry: ShardEntry, path: Path, layouts: list[SampleLayout], end: int, manifest: Manifest
 ) -> list[str]:
     index = root / str(entry.index_path)
     if not index.is_file():
@@ -62,15 +73,22 @@ def _verify_index(
     if sha256_file(index) != entry.index_sha256:
         problems.append(f"{entry.index_path}: sha256 differs from the manifest")
     try:
-        stored = ShardIndex.read(index, entry.num_samples, fields)
+        stored = ShardIndex.read(index, entry.num_samples, manifest.fields, version=manifest.index_version)
     except DataError as exc:
         return [*problems, str(exc)]
-    expected = ShardIndex.build(layouts, end, fields)
+    checksums = None
+    if manifest.index_version >= 2:
+        checksums = shard_checksums(path, layouts, end)
+    expected = ShardIndex.build(layouts, end, manifest.fields, checksums)
     if stored != expected:
-        rows = (
-            np.flatnonzero((stored.table != expected.table).any(axis=1))
-            if len(stored) == len(expected)
-            else [0]
-        )
-        problems.append(f"{entry.index_path}: entry of sample {int(rows[0])} disagrees with the shard")
+        if len(stored) != len(expected):
+            problems.append(
+                f"{entry.index_path}: {len(stored) - 1} entries, the shard holds {len(expected) - 1}"
+            )
+            return problems
+        differs = stored.table != expected.table  # (samples + 1, columns)
+        row = int(np.flatnonzero(differs.any(axis=1))[0])
+        only_checksum = checksums is not None and not np.delete(differs[row], CHECKSUM).any()
+        what = "bytes differ from its checksum" if only_checksum else "entry disagrees with the shard"
+        problems.append(f"{entry.index_path}: sample {row}'s {what}")
     return problems

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardpipe.errors import CorruptShardError, DataError
+from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.formats import Fields, Format, all_formats, framing, get_format
 from shardpipe.formats import lmdb as lmdb_format
-from shardpipe.formats.layout import ShardIndex
+from shardpipe.formats.layout import CHECKSUM, NO_SPAN, ShardIndex, shard_checksums
 from tests.datagen import read_with_webdataset
 
 FORMATS = sorted(all_formats())
@@ -46,10 +46,11 @@ def write(fmt: Format, path: Path, samples: Sequence[Sample]) -> ShardIndex:
 
 
 def scan(fmt: Format, path: Path) -> tuple[list[str], ShardIndex, set[str]]:
-    """Keys, index and field names of a shard, from a full parse."""
+    """Keys, index and field names of a shard, from a full parse (LMDB's index has no checksums)."""
     keys, layouts, end = fmt.scan(path)
     names = {name for sample in layouts for name in sample.fields}
-    return keys, ShardIndex.build(layouts, end, sorted(names)), names
+    checksums = shard_checksums(path, layouts, end) if fmt.needs_index else np.full(len(keys), NO_SPAN)
+    return keys, ShardIndex.build(layouts, end, sorted(names), checksums), names
 
 
 def some_samples(num_samples: int = 20, size: int = 100) -> list[Sample]:
@@ -311,8 +312,13 @@ def test_tfrecord_corruption_is_reported(tmp_path: Path, damage: int, message: s
     with pytest.raises(CorruptShardError, match=message) as info:
         fmt.scan(path)
     assert info.value.sample_index == (2 if damage < 0 else 1)
-    with pytest.raises(CorruptShardError, match=message):
-        list(fmt.read(path, 0, 3, offsets))
+    with pytest.raises(CorruptShardError, match="checksum" if damage >= 0 else "truncated") as info:
+        list(fmt.read(path, 0, 3, offsets))  # one sample checksum covers the framing and both CRCs
+    assert info.value.sample_index == (None if damage < 0 else 1)
+    if damage >= 0:  # a version-1 index (no checksums): the record's own CRCs still catch it
+        table = np.delete(offsets.table, CHECKSUM, axis=1)
+        with pytest.raises(CorruptShardError, match=message):
+            list(fmt.read(path, 0, 3, ShardIndex(table, offsets.fields, version=1)))
 
 
 def test_tfrecord_example_encoding_matches_protobuf(tmp_path: Path) -> None:
@@ -346,16 +352,23 @@ def test_lmdb_grows_its_map_and_stays_compact(tmp_path: Path, monkeypatch: pytes
     assert list(fmt.read(path, 290, 300)) == samples[290:]
 
 
-def test_lmdb_reader_reopens_after_fork(tmp_path: Path) -> None:
+def test_lmdb_reader_never_crosses_a_fork(tmp_path: Path) -> None:
     fmt, path = get_format("lmdb"), tmp_path / "s.lmdb"
     samples = some_samples(5)
     write(fmt, path, samples)
-    assert list(fmt.read(path, 0, 1)) == samples[:1]  # caches the environment in this process
+    reader = fmt.open_reader(path, None)
+    assert list(reader.read(0, 1)) == samples[:1]
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
         try:
-            ok = list(fmt.read(path, 1, 5)) == samples[1:] and fmt.scan(path)[0][4] == samples[4][0]
+            try:
+                list(reader.read(1, 2))
+                refused = False
+            except UsageError:
+                refused = True
+            with fmt.open_reader(path, None) as own:  # the child's own reader of the same file
+                ok = refused and list(own.read(1, 5)) == samples[1:] and fmt.scan(path)[0][4] == samples[4][0]
         except BaseException:
             ok = False
         os.write(write_end, b"1" if ok else b"0")
@@ -363,7 +376,8 @@ def test_lmdb_reader_reopens_after_fork(tmp_path: Path) -> None:
     os.close(write_end)
     assert os.read(read_end, 1) == b"1"
     os.waitpid(pid, 0)
-    assert list(fmt.read(path, 4, 5)) == samples[4:]
+    assert list(reader.read(4, 5)) == samples[4:]
+    reader.close()
 
 
 def test_lmdb_reads_a_replaced_file(tmp_path: Path) -> None:
@@ -381,13 +395,11 @@ def test_lmdb_scan_checks_count_and_records(tmp_path: Path) -> None:
 
     fmt, path = get_format("lmdb"), tmp_path / "s.lmdb"
     write(fmt, path, some_samples(3))
-    list(fmt.read(path, 0, 1))
-    lmdb_format.close_environments()  # py-lmdb opens a file once per process
+    list(fmt.read(path, 0, 1))  # the reader closed its environment: the file can be opened again
     with lmdb.open(str(path), subdir=False, lock=False) as env, env.begin(write=True) as txn:
         txn.put(lmdb_format.COUNT_KEY, b"4")
     with pytest.raises(CorruptShardError, match="found 3 records"):
         fmt.scan(path)
-    lmdb_format.close_environments()
     with lmdb.open(str(path), subdir=False, lock=False) as env, env.begin(write=True) as txn:
         txn.put(lmdb_format.COUNT_KEY, b"3")
         txn.put(struct.pack(">Q", 1), b"\x02\x00\x00\x00garbage")
@@ -418,9 +430,9 @@ def test_framing_rejects_a_key_field() -> None:
 
 
 def test_tar_reads_spans_larger_than_one_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from shardpipe.formats import tar as tar_format
+    from shardpipe.formats import spanreader
 
-    monkeypatch.setattr(tar_format, "_READ_CHUNK", 3000)  # a few samples per read, one sample above it
+    monkeypatch.setattr(spanreader, "READ_CHUNK", 3000)  # a few samples per read, one sample above it
     samples = [*some_samples(9), ("big/1", {"bin": b"b" * 5000}), *some_samples(3, size=7)[1:]]
     samples[-2:] = [(f"z/{i}", fields) for i, (_, fields) in enumerate(samples[-2:])]
     fmt, path = get_format("tar"), tmp_path / "s.tar"
@@ -428,5 +440,133 @@ def test_tar_reads_spans_larger_than_one_chunk(tmp_path: Path, monkeypatch: pyte
     assert list(fmt.read(path, 0, len(samples), offsets)) == samples
     assert list(fmt.read(path, 8, 11, offsets)) == samples[8:11]
     path.write_bytes(path.read_bytes()[: offsets[10] - 100])
-    with pytest.raises(CorruptShardError, match="file ends inside the span"):
+    with pytest.raises(CorruptShardError, match="index ends at"):  # refused before reading a byte
         list(fmt.read(path, 0, len(samples), offsets))
+
+
+# --- readers and checks -------------------------------------------------------------------------------
+
+
+def _flip_in_value(path: Path, value: bytes) -> None:
+    """Flip one byte in the middle of the first copy of ``value`` in the file."""
+    raw = bytearray(path.read_bytes())
+    at = raw.index(value) + len(value) // 2
+    raw[at] ^= 0x20
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_reader_reads_many_spans_through_one_open_file(tmp_path: Path, name: str) -> None:
+    fmt, path = get_format(name), tmp_path / f"s.{name}"
+    samples = some_samples(40)
+    index = write(fmt, path, samples)
+    with fmt.open_reader(path, index if fmt.needs_index else None) as reader:
+        got = [sample for start in range(0, 40, 4) for sample in reader.read(start, start + 4)]
+        assert got == samples
+        assert list(reader.read(7, 7)) == []
+        with pytest.raises(CorruptShardError, match="holds"):
+            list(reader.read(39, 41))
+    with pytest.raises(UsageError, match="closed"):
+        list(reader.read(0, 1))
+    reader.close()  # idempotent
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_a_flipped_sample_byte_is_caught_unless_checks_are_off(tmp_path: Path, name: str) -> None:
+    fmt, path = get_format(name), tmp_path / f"s.{name}"
+    samples = some_samples(6, size=300)
+    index = write(fmt, path, samples) if fmt.needs_index else (write(fmt, path, samples) and None)
+    _flip_in_value(path, samples[3][1]["bin"])
+    with pytest.raises(CorruptShardError, match="checksum") as info:
+        list(fmt.read(path, 0, 6, index))
+    assert info.value.sample_index == 3 and info.value.shard == str(path)
+    assert list(fmt.read(path, 4, 6, index)) == samples[4:]  # other samples still read
+    unchecked = list(fmt.read(path, 0, 6, index, check=False))
+    assert unchecked[3] != samples[3] and unchecked[:3] == samples[:3]  # the checks are what caught it
+
+
+def test_lmdb_readers_share_one_environment_and_unmap_it(tmp_path: Path) -> None:
+    import lmdb
+
+    fmt, path = get_format("lmdb"), tmp_path / "s.lmdb"
+    samples = some_samples(4)
+    write(fmt, path, samples)
+    first, second = fmt.open_reader(path, None), fmt.open_reader(path, None)
+    first.close()
+    assert list(second.read(0, 4)) == samples  # still mapped for the second reader
+    with pytest.raises(lmdb.Error, match="already open"):
+        lmdb.open(str(path), subdir=False, lock=False, readonly=True)
+    del second  # dropped without close(): the last holder unmaps it
+    lmdb.open(str(path), subdir=False, lock=False, readonly=True).close()
+
+
+def test_lmdb_version_1_records_read_without_checksums(tmp_path: Path) -> None:
+    record = framing.encode("k/1", {"bin": b"abc", "cls": b"1"})
+    assert framing.decode(record) == ("k/1", {"bin": b"abc", "cls": b"1"})
+    assert framing.decode(record[:-8], version=1) == ("k/1", {"bin": b"abc", "cls": b"1"})
+    damaged = bytearray(record)
+    damaged[-12] ^= 1  # inside the data
+    with pytest.raises(framing.FramingError, match="checksum"):
+        framing.decode(bytes(damaged))
+    assert framing.decode(bytes(damaged), check=False)[1]["bin"] == b"`bc"
+
+
+def test_framing_checks_the_header_before_the_length_it_was_given() -> None:
+    record = framing.encode("k/1", {"bin": b"x" * 100})
+    with pytest.raises(framing.FramingError, match="declares"):
+        framing.decode(record + bytes(1000))  # a longer buffer than the record: rejected, not hashed
+
+
+@pytest.mark.parametrize("name", ["tar", "tfrecord"])
+def test_reader_refuses_a_file_shorter_than_its_index(tmp_path: Path, name: str) -> None:
+    fmt, path = get_format(name), tmp_path / f"s.{name}"
+    index = write(fmt, path, some_samples(5))
+    path.write_bytes(path.read_bytes()[: index[3]])
+    with pytest.raises(CorruptShardError, match="index ends at"):
+        fmt.open_reader(path, index)
+    with pytest.raises(DataError, match="cannot open"):
+        fmt.open_reader(tmp_path / "missing", index)
+
+
+def test_tar_version_1_index_still_checks_headers(tmp_path: Path) -> None:
+    fmt, path = get_format("tar"), tmp_path / "s.tar"
+    index = write(fmt, path, some_samples(4))
+    v1 = ShardIndex(np.delete(index.table, CHECKSUM, axis=1), index.fields, version=1)
+    assert list(fmt.read(path, 0, 4, v1)) == some_samples(4)
+    raw = bytearray(path.read_bytes())
+    raw[index[2] + 3] ^= 1  # in a member name: only the header checksum can tell
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptShardError, match="header checksum") as info:
+        list(fmt.read(path, 0, 4, v1))
+    assert info.value.sample_index == 2
+
+
+def test_index_read_checks_sha256_shape_and_spans(tmp_path: Path) -> None:
+    import hashlib
+
+    fmt, path = get_format("tar"), tmp_path / "s.tar"
+    index = write(fmt, path, some_samples(5))
+    idx = tmp_path / "s.tar.idx"
+    raw = index.to_bytes()
+    idx.write_bytes(raw)
+    sha = hashlib.sha256(raw).hexdigest()
+    loaded = ShardIndex.read(idx, 5, index.fields, sha256=sha)
+    assert loaded == index and loaded.checksums is not None and loaded.num_samples == 5
+    with pytest.raises(DataError, match="holds"):
+        ShardIndex.read(idx, 6, index.fields)
+    with pytest.raises(DataError, match="holds"):
+        ShardIndex.read(idx, 5, index.fields, version=1)  # one column fewer per row
+    table = index.table.copy()
+    table[2, index.first_field] = table[3, 0] + 10  # a field starting past its sample
+    idx.write_bytes(table.tobytes())
+    with pytest.raises(DataError, match=r"does not match its sha256"):
+        ShardIndex.read(idx, 5, index.fields, sha256=sha)
+    with pytest.raises(DataError, match="sample 2 points outside its sample"):
+        ShardIndex.read(idx, 5, index.fields)
+    table = index.table.copy()
+    table[3, 0], table[4, 0] = table[4, 0], table[3, 0]  # offsets going backwards
+    idx.write_bytes(table.tobytes())
+    with pytest.raises(DataError, match="sample 3 points outside"):
+        ShardIndex.read(idx, 5, index.fields)
+    with pytest.raises(DataError, match="cannot read index"):
+        ShardIndex.read(tmp_path / "missing.idx", 5, index.fields)

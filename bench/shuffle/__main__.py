@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         "profile": {
             **asdict(profile),
             "fingerprint": profile.fingerprint,
-            "hashed_by": "pack --order" if data.USE_ORDER_OPTION else "file list with hash-prefixed keys",
+            "hashed_by": "shardpipe pack --order hashed",
         },
         "num_shards": len(next(iter(packs.values())).shard_sizes),
         "defaults": f"shuffle_buffer={default['shuffle_buffer']}, block_size={default['block_size']}",

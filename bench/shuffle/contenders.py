@@ -80,7 +80,7 @@ def build(config: Config, pack: Pack, settings: LoaderSettings) -> Built:
         chosen = {name: value for name, value in options.items() if value is not None}  # else the default
         dataset = ShardedDataset(pack.path, seed=SEED, **chosen)
         loader = make_loader(dataset, settings.batch_size, settings.num_workers)
-        buffer, block = dataset.shuffle_buffer, dataset.block_size  # what the defaults are, read back
+        buffer, block = dataset.options.shuffle_buffer, dataset.options.block_size  # the defaults, read back
         return Built(loader, loader.set_epoch, buffer, buffer, block)
     if config.family == "webdataset":
         if config.shuffle_buffer is None:

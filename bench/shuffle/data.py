@@ -2,9 +2,8 @@
 
 The tree is ImageFolder style (``cNNN/NNNNNN.bin``, the label from the class folder), so packed in key order
 each shard holds one or two classes: the layout users actually have. The hashed pack holds the same samples
-in a seeded hash order of their keys. ``USE_ORDER_OPTION`` picks how it is made: through
-``PackOptions(order="hashed")`` once ``shardpipe pack --order`` exists, else by packing a file list whose keys
-start with that hash (so key order is hash order). Both are tar packs (webdataset reads the same shards).
+in a seeded hash order of their keys (``shardpipe pack --order hashed``, the default). Both are tar packs
+(webdataset reads the same shards).
 
 For each pack we record, by pack position (shard by shard, in manifest order), the key, label and shard
 (read back with ``tarfile``, independently of shardpipe's reader), and write an ``lmdb-loop`` copy whose
@@ -20,7 +19,6 @@ import shutil
 import tarfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -28,11 +26,10 @@ from bench import lmdb_loop
 from bench.data import packer_fingerprint
 from shardpipe.manifest import load_manifest
 from shardpipe.pack import PackOptions, pack
-from shardpipe.sources import split_key
+from shardpipe.split import split_key
 
-DATA_VERSION = 1
+DATA_VERSION = 2
 PACKS = ("sorted", "hashed")
-USE_ORDER_OPTION = "order" in PackOptions.__dataclass_fields__  # the one switch: pack --order has landed
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +50,7 @@ class Profile:
 
     @property
     def fingerprint(self) -> str:
-        text = json.dumps(
-            {**asdict(self), "version": DATA_VERSION, "order_option": USE_ORDER_OPTION}, sort_keys=True
-        )
+        text = json.dumps({**asdict(self), "version": DATA_VERSION}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -107,41 +102,16 @@ def _write_tree(profile: Profile, tree: Path) -> None:
             (folder / f"{j:06d}.bin").write_bytes(pool[start : start + int(sizes[i])])
 
 
-def hash_key(key: str, seed: int) -> str:
-    """A seeded, stable hash of a key (adding keys never reorders the others)."""
-    return hashlib.blake2b(f"{seed}:{key}".encode(), digest_size=8).hexdigest()
-
-
 def _pack(profile: Profile, root: Path, name: str) -> None:
-    common: dict[str, Any] = {
-        "format": "tar",
-        "max_samples": profile.shard_samples,
-        "max_bytes": None,
-        "workers": 2,
-    }
-    if USE_ORDER_OPTION:
-        order: dict[str, Any] = {"order": name}  # a dict: type-checks before and after the option lands
-        pack(root / "files", root / name, PackOptions(**common, **order, labels="dirname"), quiet=True)
-        return
-    if name == "sorted":  # today's pack order is key order: the tree's class-sorted order
-        pack(root / "files", root / name, PackOptions(**common, labels="dirname"), quiet=True)
-        return
-    rows = []
-    for folder in sorted((root / "files").iterdir()):
-        label = int(folder.name[1:])
-        for path in sorted(folder.iterdir()):
-            key = f"{folder.name}/{path.stem}"
-            rows.append(
-                {
-                    "key": f"{hash_key(key, profile.seed)}-{folder.name}-{path.stem}",
-                    "bin": str(path.relative_to(root)),
-                    "cls": str(label),
-                }
-            )
-    listing = root / "hashed-list.jsonl"
-    listing.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    options = PackOptions(**common, literal_fields=("cls",))
-    pack(listing, root / name, options, quiet=True)
+    options = PackOptions(
+        format="tar",
+        max_samples=profile.shard_samples,
+        max_bytes=None,
+        workers=2,
+        order=name,
+        labels="dirname",
+    )
+    pack(root / "files", root / name, options, quiet=True)
 
 
 def _index(pack_path: Path, lmdb_path: Path) -> None:

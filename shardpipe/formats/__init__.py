@@ -1,10 +1,12 @@
 """Shard formats behind one small interface, and the registry that names them.
 
 Each format module holds its writer and its reader. A writer appends samples to one shard file and, on
-close, returns where each sample, its key and each field sit (a ``ShardIndex``), which the pack stage
-writes beside the shard. A reader yields the samples ``[start, stop)`` of one shard: with a ``ShardIndex``
-it slices them out of one read; with plain sample offsets it parses them. Nothing read from a shard is
-ever unpickled.
+close, returns where each sample, its key and each field sit, with each sample's checksum (a
+``ShardIndex``), which the pack stage writes beside the shard. A reader opens one shard once and yields the
+samples of any span ``[start, stop)``: with a ``ShardIndex`` it slices them out of one read; with plain
+sample offsets it parses them. Every sample is checked against its checksum unless the caller opts out
+(``check=False``) or the shard predates checksums. Readers hold a file or a mapping: create them in the
+process that reads (never before a fork) and close them. Nothing read from a shard is ever unpickled.
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ Fields = dict[str, bytes]
 """A sample's named fields: field name (the file extension, e.g. ``jpg``) -> raw bytes."""
 
 WRITE_BUFFER = 1 << 18
-"""Writers' file buffer. An earlier VM showed write() calls of 1 MiB and more copying into the page cache
-up to ~10x slower than 256 KiB ones; on a later one, with ``os.sync()`` between runs in shuffled order,
-64 MB took a median 12.0-12.8 ms at every size from 256 KiB to 16 MiB, so the slow cases were write-back
-pressure, not the call size. 256 KiB stays: an A/B against 1 MiB was neutral in the pack."""
+"""Writers' file buffer: large enough to batch small writes; larger sizes measured no faster (see
+docs/performance.md, "Formats")."""
+
+INDEX_VERSION = 2
+"""The index column layout written now (see :mod:`.layout`); the manifest records it."""
+CHECKSUM_NAME = "xxh3_64"
+"""The per-sample checksum, as the manifest names it (docs/performance.md, "Formats", has the choice)."""
 
 Column = Sequence[bytes | memoryview]
 """One field's values for a batch of samples; a writer must not keep a ``memoryview`` past the call."""
@@ -50,6 +55,24 @@ class ShardWriter(Protocol):
         """Release the file after a failure; the caller deletes the partial shard."""
 
 
+class ShardReader(Protocol):
+    """One shard opened once; ``read`` may be called for many spans. Not to be shared across a fork."""
+
+    def read(self, start: int, stop: int) -> Iterator[tuple[str, Fields]]:
+        """Yield ``(key, fields)`` for samples ``start <= i < stop``, each checked against its checksum
+        unless the reader was opened with ``check=False``.
+
+        Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
+        """
+
+    def close(self) -> None:
+        """Release the file or mapping; idempotent (also done when the reader is dropped)."""
+
+    def __enter__(self) -> ShardReader: ...
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: Any) -> None: ...
+
+
 class Format(Protocol):
     name: str
     """Registry name, as given to ``--format``."""
@@ -61,10 +84,18 @@ class Format(Protocol):
     def open_writer(self, path: Path) -> ShardWriter:
         """Start a shard at ``path`` (the caller renames it into place when complete)."""
 
+    def open_reader(self, path: Path, index: Offsets | None, *, check: bool = True) -> ShardReader:
+        """Open the shard at ``path`` for reading spans; ``index`` is its ``ShardIndex`` (or plain sample
+        offsets, then the reader parses; LMDB needs neither). ``check=False`` skips the per-sample checks.
+
+        Raises :class:`~shardpipe.errors.DataError` when the file is missing or shorter than its index.
+        """
+
     def read(
-        self, path: Path, start: int, stop: int, offsets: Offsets | None
+        self, path: Path, start: int, stop: int, offsets: Offsets | None, *, check: bool = True
     ) -> Iterator[tuple[str, Fields]]:
-        """Yield ``(key, fields)`` for samples ``start <= i < stop`` of the shard at ``path``."""
+        """Yield ``(key, fields)`` for samples ``start <= i < stop`` of the shard at ``path``: a reader
+        opened for one span. Prefer :meth:`open_reader` to read many spans."""
 
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         """Parse every record; return keys, layouts and the end offset, as the writer's ``close()`` does.
@@ -79,8 +110,7 @@ FORMAT_NAMES = ("lmdb", "tar", "tfrecord")
 def get_format(name: str) -> Format:
     """Return the format registered under ``name`` (``tar``, ``lmdb`` or ``tfrecord``).
 
-    Only that format's module is imported: a pack pays for its own format's libraries (crc32c alone
-    takes ~35 ms to import), not everyone's.
+    Only that format's module is imported: a pack pays for its own format's libraries, not everyone's.
     """
     from shardpipe.errors import UsageError
 

@@ -1,16 +1,18 @@
 """A small, safe binary codec for one sample: the record layout of LMDB values.
 
-Layout (all integers little-endian)::
+Layout, version 2 (all integers little-endian)::
 
     u32 field_count                    (the key counts as a field, stored first as ``__key__``)
     field_count x u64 data_length
     field_count x u16 name_length
     names, UTF-8, concatenated
     data, concatenated
+    u64 checksum                       (xxh3_64 of every byte above; version 1 has no checksum)
 
 The lengths come first as one fixed-width table, so decoding takes one ``struct`` call per record, and the
-names block (equal for every record of a shard) is decoded once and cached. Decoding only slices bytes and
-checks lengths: a corrupt or hostile record raises :class:`FramingError`, never runs code (no pickle).
+names block (equal for every record of a shard) is decoded once and cached. Decoding checks the header
+against the record's length before touching the rest (a damaged length must not lead past the data), then
+the checksum, then slices: a corrupt or hostile record raises :class:`FramingError`, never runs code.
 """
 
 from __future__ import annotations
@@ -18,10 +20,14 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 
+import xxhash
+
 from shardpipe.errors import DataError
 from shardpipe.formats import Column, Fields
 
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)
+_CHECKSUM = struct.Struct("<Q")
 KEY_FIELD = "__key__"
 _COUNT = struct.Struct("<I")
 _MAX_FIELDS = 4096
@@ -50,10 +56,10 @@ def encode_batch(
     keys: Sequence[str], names: Sequence[str], columns: Sequence[Column]
 ) -> list[list[bytes | memoryview]]:
     """Frame samples ``keys[i]`` with fields ``names[j] = columns[j][i]``; each record as its pieces
-    (header, key, data in sorted name order), for the caller to join or copy where it wants them.
+    (header, key, data in sorted name order, checksum), for the caller to join where it wants them.
 
     What depends only on the field names (the table's struct, the name lengths and bytes) is built once
-    per set of names: a shard repeats one (measured 4.6 -> 2.5 us per 1 KiB record).
+    per set of names: a shard repeats one. The checksum is hashed over the pieces, not a joined copy.
     """
     layout = _layouts.get(tuple(names)) or _layout(names)
     order, table, name_lengths, raw_names = layout
@@ -63,8 +69,11 @@ def encode_batch(
     for i, key in enumerate(keys):
         raw_key = key.encode()
         data = [column[i] for column in ordered]
-        lengths = table.pack(len(raw_key), *map(len, data), *name_lengths)
-        records.append([count + lengths + raw_names + raw_key, *data])
+        head = count + table.pack(len(raw_key), *map(len, data), *name_lengths) + raw_names + raw_key
+        digest = xxhash.xxh3_64(head)
+        for piece in data:
+            digest.update(piece)
+        records.append([head, *data, _CHECKSUM.pack(digest.intdigest())])
     return records
 
 
@@ -97,24 +106,36 @@ def _names(schema: bytes, count: int) -> tuple[str, ...]:
     return tuple(names)
 
 
-def decode(record: bytes | memoryview) -> tuple[str, Fields]:
-    """Return ``(key, fields)``, as bytes copied out of ``record`` (which may be a transient buffer)."""
-    end = len(record)
+def decode(record: bytes | memoryview, *, version: int = VERSION, check: bool = True) -> tuple[str, Fields]:
+    """Return ``(key, fields)``, as bytes copied out of ``record`` (which may be a transient buffer).
+
+    ``version`` is the shard's framing version; ``check=False`` skips a version-2 record's checksum.
+    """
+    size = len(record)
+    end = size - _CHECKSUM.size if version >= 2 else size
     try:
         (count,) = _COUNT.unpack_from(record, 0)
         if not 0 < count < _MAX_FIELDS:
             raise FramingError(f"record declares {count} fields")
         table = _table(count)
+        if 4 + table.size > end:
+            raise FramingError(f"record of {size} bytes is shorter than its header")
         lengths = table.unpack_from(record, 4)
         names_start = 4 + 8 * count
         pos = 4 + table.size + sum(lengths[count:])
-        schema = bytes(record[names_start:pos])
+        if pos + sum(lengths[:count]) != end:
+            raise FramingError(f"record is {size} bytes, its header declares {pos + sum(lengths[:count])}")
+        view = record if isinstance(record, memoryview) else memoryview(record)
+        if (
+            check
+            and version >= 2
+            and xxhash.xxh3_64_intdigest(view[:end]) != _CHECKSUM.unpack_from(view, end)[0]
+        ):
+            raise FramingError("record bytes differ from their checksum")
+        schema = bytes(view[names_start:pos])
         names = _schemas.get(schema) or _names(schema, count)
     except (struct.error, UnicodeDecodeError) as exc:
-        raise FramingError(f"record of {end} bytes has a malformed header: {exc}") from exc
-    if pos + sum(lengths[:count]) != end:
-        raise FramingError(f"record is {end} bytes, its header declares {pos + sum(lengths[:count])}")
-    view = record if isinstance(record, memoryview) else memoryview(record)
+        raise FramingError(f"record of {size} bytes has a malformed header: {exc}") from exc
     key_end = pos + lengths[0]
     try:
         key = str(view[pos:key_end], "utf-8")

@@ -1,39 +1,53 @@
 """LMDB shards: one single-file environment per shard, samples under 8-byte big-endian indices.
 
-Values are :mod:`shardpipe.formats.framing` records, never pickles. Two metadata entries sort after every
-index key: ``__count__`` (ASCII sample count) and ``__shardpipe__`` (framing version). The writer opens the
-file without a lock file (``lock=False``), so renaming the one file publishes the whole shard. It buffers
-records and commits them in chunks with ``append=True``, doubling the map whenever LMDB reports it full, so
-nobody has to guess a map size, and the file only holds the pages written. Readers open each shard lazily,
-read-only, once per process: the cache is keyed by pid, so an environment never crosses a fork.
+Values are :mod:`shardpipe.formats.framing` records (version 2: each with its checksum), never pickles.
+Two metadata entries sort after every index key: ``__count__`` (ASCII sample count) and ``__shardpipe__``
+(framing version). The writer opens the file without a lock file (``lock=False``), so renaming the one file
+publishes the whole shard. It buffers records and commits them in chunks with ``append=True``, doubling the
+map whenever LMDB reports it full, so nobody has to guess a map size, and the file only holds the pages
+written.
+
+A reader owns its environment: it maps the file when created and unmaps it on ``close()`` (or when
+dropped). An environment never crosses a fork: create a reader in the process that reads (a DataLoader
+worker, after the fork); one used in another process raises. py-lmdb opens a file once per process, so
+readers of one file in one process share its environment, which is unmapped when the last one closes.
+Before LMDB touches a page the file must hold every page its metadata claims, and a record's header must
+agree with its length, so damage reads as an error, not a fault (SIGBUS) on a page past the file's end.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from collections import OrderedDict
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import lmdb
 import numpy as np
 
-from shardpipe.errors import CorruptShardError
+from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.formats import Column, Fields, Offsets, framing
-from shardpipe.formats.layout import NO_SPAN, PARSE, SampleLayout, ShardIndex
+from shardpipe.formats.layout import (
+    KEY_START,
+    KEY_STOP,
+    NO_SPAN,
+    OFFSET,
+    PARSE,
+    SampleLayout,
+    ShardIndex,
+    fixed_columns,
+)
 
 COUNT_KEY = b"__count__"
 VERSION_KEY = b"__shardpipe__"
 _INDEX = struct.Struct(">Q")
 _INITIAL_MAP_SIZE = 1 << 24
 _CHUNK_BYTES = 1 << 20
-"""Bytes of records that trigger a commit. Small, so that with the pack stage's 1 MiB batches a record is
-still in the CPU cache when LMDB copies it into its page and that page when the commit writes it:
-``pack()`` of 8,000 64 KiB files took 0.48 s with 32 MiB commits of 16 MiB batches, 0.34 s with 1 MiB of
-each (medians of 10 interleaved pairs); 60,000 1 KiB files took 0.96x the time."""
-_MAX_OPEN = 64  # environments kept open per process: each holds a file descriptor and a mapping
+"""Bytes of records that trigger a commit. Small, so that a record is still in the CPU cache when LMDB
+copies it into its page and that page when the commit writes it (docs/performance.md, "Formats")."""
 
 
 def _open(path: Path, **options: Any) -> lmdb.Environment:
@@ -45,7 +59,11 @@ class LmdbWriter:
 
     def __init__(self, path: Path) -> None:
         Path(path).unlink(missing_ok=True)  # a stale file would be appended to, not replaced
-        self._env = _open(path, map_size=_INITIAL_MAP_SIZE, sync=False, metasync=False, readahead=False)
+        self._shard = str(path)
+        try:
+            self._env = _open(path, map_size=_INITIAL_MAP_SIZE, sync=False, metasync=False, readahead=False)
+        except lmdb.Error as exc:
+            raise DataError(f"cannot create LMDB shard {path}: {exc}") from exc
         self._pending: list[tuple[bytes, bytes]] = []
         self._pending_bytes = 0
         self._num_samples = 0
@@ -67,9 +85,15 @@ class LmdbWriter:
             self._commit()
 
     def _commit(self) -> None:
+        try:
+            self._put_pending()
+        except lmdb.Error as exc:  # a full disk, say: name the shard
+            raise DataError(f"cannot write LMDB shard {self._shard}: {exc}") from exc
+        self._pending, self._pending_bytes = [], 0
+
+    def _put_pending(self) -> None:
         # Grow the map ahead of the chunk (room for twice its bytes: B-tree and overflow-page slack), so a
-        # MapFullError, which throws the whole chunk's transaction away, stays the rare fallback. Measured on
-        # a shard of 1,000 64 KiB samples: 0.23-0.52 s -> 0.17 s.
+        # MapFullError, which throws the whole chunk's transaction away, stays the rare fallback.
         info = self._env.info()
         needed = (info["last_pgno"] + 1) * self._env.stat()["psize"] + 2 * self._pending_bytes + (1 << 20)
         if info["map_size"] < needed:
@@ -81,7 +105,6 @@ class LmdbWriter:
                 break
             except lmdb.MapFullError:
                 self._env.set_mapsize(self._env.info()["map_size"] * 2)
-        self._pending, self._pending_bytes = [], 0
 
     def abort(self) -> None:
         self._env.close()
@@ -95,64 +118,175 @@ class LmdbWriter:
 
 def _rows(first: int, num_samples: int, num_fields: int) -> np.ndarray:
     """LMDB seeks by key, not by byte: a sample's "offset" is its position and spans are not recorded."""
-    rows = np.full((num_samples, 3 + 2 * num_fields), PARSE, dtype="<u8")
-    rows[:, 0] = np.arange(first, first + num_samples)
-    rows[:, 3:] = NO_SPAN
+    rows = np.full((num_samples, fixed_columns(2) + 2 * num_fields), NO_SPAN, dtype="<u8")  # version-2 rows
+    rows[:, OFFSET] = np.arange(first, first + num_samples)
+    rows[:, KEY_START : KEY_STOP + 1] = PARSE
     return rows
 
 
-_envs: OrderedDict[tuple[str, int, int], lmdb.Environment] = OrderedDict()
-_envs_pid = os.getpid()
+_shared: dict[tuple[int, int], list[Any]] = {}  # (device, inode) -> [environment, readers holding it]
+_shared_pid = os.getpid()
 
 
-def _cached_env(path: Path) -> lmdb.Environment:
-    """This process's read-only environment for ``path``, reopened if the file was replaced.
+def _acquire(path: Path) -> tuple[lmdb.Environment, tuple[int, int], int]:
+    """This process's read-only environment for ``path`` (mapped now, or shared with a live reader of the
+    same file), its registry key and the file's size.
 
     Environments inherited through a fork are closed in the child, never used: closing frees the child's
-    copy of the mapping and clears py-lmdb's per-process "already open" mark, which a fork also copies and
-    which would otherwise refuse to reopen the same file.
+    copy of the mapping and clears py-lmdb's per-process "already open" mark, which a fork also copies.
     """
-    global _envs_pid
+    global _shared_pid
     shard = str(path)
-    if _envs_pid != os.getpid():
-        for inherited in _envs.values():
-            inherited.close()
-        _envs.clear()
-        _envs_pid = os.getpid()
+    if _shared_pid != os.getpid():
+        for env, _ in _shared.values():
+            env.close()
+        _shared.clear()
+        _shared_pid = os.getpid()
     try:
         stat = Path(path).stat()
-        key = (shard, stat.st_ino, stat.st_mtime_ns)
-        env = _envs.get(key)
-        if env is None:
-            env = _open(path, readonly=True, readahead=True, max_spare_txns=1)
-            _check_complete(env, stat.st_size, shard)
-            _envs[key] = env
-            while len(_envs) > _MAX_OPEN:
-                _envs.popitem(last=False)  # an open transaction keeps its environment alive
-        else:
-            _envs.move_to_end(key)
-        return env
-    except (OSError, lmdb.Error) as exc:
+    except OSError as exc:
+        raise DataError(f"cannot open shard {shard}: {exc.strerror}") from exc
+    key = (stat.st_dev, stat.st_ino)
+    if key in _shared:
+        _shared[key][1] += 1
+        return _shared[key][0], key, stat.st_size
+    try:
+        env = _open(path, readonly=True, readahead=True, max_spare_txns=1)
+    except lmdb.Error as exc:
         raise CorruptShardError(shard, f"cannot open LMDB environment: {exc}") from exc
+    try:
+        _check_complete(env, stat.st_size, shard)
+    except BaseException:
+        env.close()
+        raise
+    _shared[key] = [env, 1]
+    return env, key, stat.st_size
+
+
+def _release(key: tuple[int, int], pid: int) -> None:
+    """Drop a reader's hold; the last one unmaps the environment (never in another process)."""
+    entry = _shared.get(key)
+    if entry is None or pid != os.getpid() or _shared_pid != pid:
+        return
+    entry[1] -= 1
+    if entry[1] == 0:
+        del _shared[key]
+        entry[0].close()
 
 
 def _check_complete(env: lmdb.Environment, file_size: int, shard: str) -> None:
     """A truncated file would fault the process (SIGBUS) when LMDB touches a missing page: refuse it first."""
-    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    try:
+        needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    except lmdb.Error as exc:
+        raise CorruptShardError(shard, f"unreadable LMDB metadata: {exc}") from exc
     if file_size < needed:
-        env.close()
         raise CorruptShardError(shard, f"truncated: {file_size:,} bytes, its pages need {needed:,}")
 
 
-def close_environments() -> None:
-    """Close this process's cached read environments.
+def _small(value: memoryview | None) -> bytes:
+    """A key or metadata value as bytes; ``b"?"`` when it is too long to be one, without touching it (a
+    damaged length must not lead the copy past the file's end)."""
+    if value is None:
+        return b""
+    return bytes(value) if len(value) <= 64 else b"?"
 
-    py-lmdb refuses to open a file twice in one process, so code that opens a shard itself (to repair or
-    inspect it) calls this first. Transactions still open in live readers become invalid.
-    """
-    for env in _envs.values():
-        env.close()
-    _envs.clear()
+
+class LmdbReader:
+    """Reads spans of one LMDB shard through one environment it owns (see the module docstring)."""
+
+    def __init__(self, path: Path, index: object = None, *, check: bool = True) -> None:
+        """``index`` is ignored: LMDB seeks by key. Checks need framing version 2 (older shards have none)."""
+        self._shard = shard = str(path)
+        self._pid = os.getpid()
+        self._env, key, self._file_size = _acquire(path)
+        self._closer = weakref.finalize(self, _release, key, self._pid)
+        try:
+            with self._env.begin(buffers=True) as txn:
+                count, version = (_small(txn.get(k)) for k in (COUNT_KEY, VERSION_KEY))
+        except lmdb.Error as exc:
+            self.close()
+            raise CorruptShardError(shard, f"LMDB: {exc}") from exc
+        if not count.isdigit() or not version.isdigit() or int(version) not in framing.VERSIONS:
+            self.close()
+            raise CorruptShardError(shard, f"bad metadata: count {count!r}, framing version {version!r}")
+        self.num_samples = int(count)
+        self._version = int(version)
+        self._check = check
+
+    def read(self, start: int, stop: int) -> Iterator[tuple[str, Fields]]:
+        shard = self._shard
+        if os.getpid() != self._pid:
+            raise UsageError(
+                f"the LMDB reader of {shard} was created in process {self._pid} and used in {os.getpid()}: "
+                "an environment must not cross a fork; create readers in the process that reads"
+            )
+        if not self._closer.alive:
+            raise UsageError(f"the reader of {shard} is closed")
+        if not 0 <= start <= stop <= self.num_samples:
+            detail = f"samples [{start}, {stop}) requested, the shard holds '{self.num_samples}'"
+            raise CorruptShardError(shard, detail, sample_index=min(max(start, 0), self.num_samples))
+        if stop == start:
+            return
+        index = start
+        try:
+            with self._env.begin(buffers=True) as txn:
+                cursor = txn.cursor()
+                if not cursor.set_key(_INDEX.pack(start)):
+                    raise CorruptShardError(shard, "no record under this index", sample_index=start)
+                values = cursor.iternext(keys=False, values=True)
+                for index in range(start, stop):
+                    value = next(values, None)
+                    if value is None or (index == stop - 1 and _small(cursor.key()) != _INDEX.pack(index)):
+                        raise CorruptShardError(
+                            shard, "records are missing or out of order", sample_index=index
+                        )
+                    yield self._decode(value, index)
+        except lmdb.Error as exc:
+            raise CorruptShardError(shard, f"LMDB: {exc}", sample_index=index) from exc
+
+    def _decode(self, value: memoryview, index: int) -> tuple[str, Fields]:
+        if len(value) > self._file_size:  # a damaged length: never touch bytes past the file
+            raise CorruptShardError(self._shard, f"record of {len(value):,} bytes", sample_index=index)
+        try:
+            return framing.decode(value, version=self._version, check=self._check)
+        except framing.FramingError as exc:
+            raise CorruptShardError(self._shard, str(exc), sample_index=index) from exc
+
+    def scan(self) -> tuple[list[str], list[SampleLayout], int]:
+        """Decode (and check) every record in key order, as the writer's ``close()`` describes them."""
+        shard = self._shard
+        keys: list[str] = []
+        layouts: list[SampleLayout] = []
+        try:
+            with self._env.begin(buffers=True) as txn:
+                for raw_key, value in txn.cursor():
+                    raw = _small(raw_key)
+                    if raw in (COUNT_KEY, VERSION_KEY):
+                        continue
+                    if raw != _INDEX.pack(len(keys)):
+                        detail = f"unexpected key {raw!r}"
+                        raise CorruptShardError(shard, detail, sample_index=len(keys))
+                    key, fields = self._decode(value, len(keys))
+                    layouts.append(SampleLayout(len(keys), None, dict.fromkeys(fields)))
+                    keys.append(key)
+        except lmdb.Error as exc:
+            raise CorruptShardError(shard, f"LMDB: {exc}", sample_index=len(keys)) from exc
+        if self.num_samples != len(keys):
+            detail = f"{COUNT_KEY!r} says {self.num_samples}, found {len(keys)} records"
+            raise CorruptShardError(shard, detail)
+        return keys, layouts, len(keys)
+
+    def close(self) -> None:
+        self._closer()
+
+    def __enter__(self) -> LmdbReader:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 class LmdbFormat:
@@ -163,59 +297,18 @@ class LmdbFormat:
     def open_writer(self, path: Path) -> LmdbWriter:
         return LmdbWriter(path)
 
+    def open_reader(self, path: Path, index: Offsets | None = None, *, check: bool = True) -> LmdbReader:
+        return LmdbReader(path, index, check=check)
+
     def read(
-        self, path: Path, start: int, stop: int, offsets: Offsets | None = None
+        self, path: Path, start: int, stop: int, offsets: Offsets | None = None, *, check: bool = True
     ) -> Iterator[tuple[str, Fields]]:
-        if stop <= start:
-            return
-        shard = str(path)
-        with _cached_env(path).begin(buffers=True) as txn:
-            num_samples = bytes(txn.get(COUNT_KEY) or b"")
-            if not num_samples.isdigit() or stop > int(num_samples):
-                detail = f"samples [{start}, {stop}) requested, the shard holds {num_samples.decode()!r}"
-                raise CorruptShardError(shard, detail, sample_index=start)
-            cursor = txn.cursor()
-            if not cursor.set_key(_INDEX.pack(start)):
-                raise CorruptShardError(shard, "no record under this index", sample_index=start)
-            values = cursor.iternext(keys=False, values=True)
-            for index in range(start, stop):
-                value = next(values, None)
-                if value is None or (index == stop - 1 and bytes(cursor.key()) != _INDEX.pack(index)):
-                    raise CorruptShardError(shard, "records are missing or out of order", sample_index=index)
-                try:
-                    sample = framing.decode(value)
-                except framing.FramingError as exc:
-                    raise CorruptShardError(shard, str(exc), sample_index=index) from exc
-                yield sample
+        with LmdbReader(path, offsets, check=check) as reader:
+            yield from reader.read(start, stop)
 
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
-        shard = str(path)
-        keys: list[str] = []
-        layouts: list[SampleLayout] = []
-        with _cached_env(path).begin(buffers=True) as txn:
-            meta = {key: bytes(txn.get(key) or b"") for key in (COUNT_KEY, VERSION_KEY)}
-            for raw_key, value in txn.cursor():
-                if raw_key in (COUNT_KEY, VERSION_KEY):
-                    continue
-                if bytes(raw_key) != _INDEX.pack(len(keys)):
-                    raise CorruptShardError(
-                        shard, f"unexpected key {bytes(raw_key)!r}", sample_index=len(keys)
-                    )
-                try:
-                    key, fields = framing.decode(value)
-                except framing.FramingError as exc:
-                    raise CorruptShardError(shard, str(exc), sample_index=len(keys)) from exc
-                layouts.append(SampleLayout(len(keys), None, dict.fromkeys(fields)))
-                keys.append(key)
-        if meta[VERSION_KEY] != b"%d" % framing.VERSION:
-            raise CorruptShardError(
-                shard, f"framing version {meta[VERSION_KEY]!r}, expected {framing.VERSION}"
-            )
-        if meta[COUNT_KEY] != b"%d" % len(keys):
-            raise CorruptShardError(
-                shard, f"{COUNT_KEY!r} says {meta[COUNT_KEY]!r}, found {len(keys)} records"
-            )
-        return keys, layouts, len(keys)
+        with LmdbReader(path) as reader:
+            return reader.scan()
 
 
 FORMAT = LmdbFormat()

@@ -1,10 +1,11 @@
 """TFRecord shards: standard framing with masked CRC32C, one ``tf.train.Example`` per sample.
 
 Each record is ``u64 length, u32 masked crc(length), data, u32 masked crc(data)`` (little-endian), readable
-by TensorFlow and the ``tfrecord`` package. An Example holds ``__key__`` then one single-value bytes_list
-feature per field, in sorted order. The protobuf is encoded and parsed here by hand: the generic protobuf
-path runs about 25k samples/s, slower than the disk. Foreign files are read too: int64 and float lists
-become ASCII text; a missing ``__key__`` becomes ``{file stem}/{record index:08d}``.
+by TensorFlow and the ``tfrecord`` package; the Example is encoded and parsed by :mod:`.tf_example`. Foreign
+files are read too: int64 and float lists become ASCII text; a missing ``__key__`` becomes
+``{file stem}/{record index:08d}``. With a version-2 index the reader checks each record's sample checksum,
+which covers the whole record, instead of the two masked CRCs; those remain for version-1 indexes and
+plain offsets.
 """
 
 from __future__ import annotations
@@ -20,13 +21,24 @@ from crc32c import crc32c
 
 from shardpipe.errors import CorruptShardError, DataError
 from shardpipe.formats import WRITE_BUFFER, Column, Fields, Offsets
-from shardpipe.formats.layout import SampleLayout, ShardIndex, Span, cut_samples, plain_rows
+from shardpipe.formats.layout import (
+    CHECKSUM,
+    KEY_STOP,
+    OFFSET,
+    SampleLayout,
+    ShardIndex,
+    check_spans,
+    cut_samples,
+    fixed_columns,
+    is_plain,
+    span_checksums,
+)
+from shardpipe.formats.spanreader import SpanReader
+from shardpipe.formats.tf_example import KEY_FEATURE, decode_example, entry_head, own_spans, varint
 
-KEY_FEATURE = "__key__"
 _HEADER = struct.Struct("<QI")
 _CRC = struct.Struct("<I")
 _LENGTH = struct.Struct("<Q")
-_NAMES: dict[bytes, str] = {}  # decoded feature names: every record repeats the same few
 
 
 def masked_crc(data: bytes | memoryview) -> int:
@@ -35,166 +47,6 @@ def masked_crc(data: bytes | memoryview) -> int:
 
 def _mask(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-_SMALL_VARINTS = [bytes((i,)) for i in range(0x80)]
-
-
-def _varint(value: int) -> bytes:
-    if value < 0x80:
-        return _SMALL_VARINTS[value]
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _entry_head(name: str, size: int) -> bytes:
-    """A feature map entry up to its value: ``{name, Feature{bytes_list{value}}}`` for a value of ``size``."""
-    raw_name = name.encode()
-    value_len = _varint(size)
-    bytes_list = 1 + len(value_len) + size  # BytesList{value}
-    bytes_list_len = _varint(bytes_list)
-    feature = 1 + len(bytes_list_len) + bytes_list  # Feature{bytes_list}
-    feature_len, name_len = _varint(feature), _varint(len(raw_name))
-    entry = 1 + len(name_len) + len(raw_name) + 1 + len(feature_len) + feature  # map entry
-    return b"".join(
-        (b"\x0a", _varint(entry), b"\x0a", name_len, raw_name, b"\x12", feature_len, b"\x0a",
-         bytes_list_len, b"\x0a", value_len)
-    )  # fmt: skip
-
-
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-
-
-def _messages(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-    """Yield ``(field_number, wire_type, value_or_start, stop)`` for the fields of ``buf[start:end]``.
-
-    Length-delimited fields give their payload span; varints give ``(value, end)``; fixed ones their span.
-    """
-    pos = start
-    while pos < end:
-        tag, pos = _read_varint(buf, pos)
-        wire = tag & 7
-        if wire == 2:
-            length, pos = _read_varint(buf, pos)
-            yield tag >> 3, 2, pos, pos + length
-            pos += length
-        elif wire == 0:
-            value, pos = _read_varint(buf, pos)
-            yield tag >> 3, 0, value, pos
-        elif wire in (1, 5):
-            width = 8 if wire == 1 else 4
-            yield tag >> 3, wire, pos, pos + width
-            pos += width
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-    if pos != end:
-        raise ValueError("protobuf field runs past its message")
-
-
-def _feature_value(buf: bytes, start: int, end: int, name: str) -> bytes:
-    """Decode one Feature to bytes: a single bytes value, or int64/float values as ASCII text."""
-    for kind, _, kind_start, kind_end in _messages(buf, start, end):
-        values = [(w, a, b) for number, w, a, b in _messages(buf, kind_start, kind_end) if number == 1]
-        if kind == 1:
-            if len(values) != 1 or values[0][0] != 2:
-                raise ValueError(f"feature {name!r} holds {len(values)} byte strings; only one is supported")
-            return buf[values[0][1] : values[0][2]]
-        if kind == 2:
-            floats: list[float] = []
-            for _, a, b in values:  # packed (wire 2) or one float per field (wire 5)
-                floats += struct.unpack(f"<{(b - a) // 4}f", buf[a:b])
-            return " ".join(repr(x) for x in floats).encode()
-        if kind == 3:
-            ints: list[int] = []
-            for wire, a, b in values:
-                pos = a
-                while wire == 2 and pos < b:
-                    value, pos = _read_varint(buf, pos)
-                    ints.append(value)
-                if wire == 0:
-                    ints.append(a)
-            return " ".join(str(v - (1 << 64) if v >> 63 else v) for v in ints).encode()
-    raise ValueError(f"feature {name!r} has no bytes_list, float_list or int64_list")
-
-
-def _own_spans(buf: bytes, pos: int, end: int) -> dict[str, Span] | None:
-    """Where each value of an Example shaped like ours sits (one bytes value per feature); else ``None``.
-
-    Inlines one-byte varints and checks every nested length against its parent's end, so an Example
-    that only looks like ours up to some point falls back to the general parser.
-    """
-    spans: dict[str, Span] = {}
-    lengths = [0, 0, 0, 0, 0]
-    read_varint = _read_varint
-    if end - pos < 2 or buf[pos] != 0x0A:
-        return None
-    size, pos = read_varint(buf, pos + 1)
-    if pos + size != end:
-        return None
-    while pos < end:
-        for level, tag in enumerate(b"\x0a\x0a\x12\x0a\x0a"):  # entry, name, feature, bytes_list, value
-            if buf[pos] != tag:
-                return None
-            size = buf[pos + 1]
-            if size < 0x80:
-                pos += 2
-            else:
-                size, pos = read_varint(buf, pos + 1)
-            lengths[level] = pos + size
-            if level == 1:
-                name_end = pos + size
-                name = _NAMES.get(buf[pos:name_end]) or _NAMES.setdefault(
-                    buf[pos:name_end], buf[pos:name_end].decode()
-                )
-                pos = name_end
-        entry_end = lengths[0]
-        if not lengths[2] == lengths[3] == lengths[4] == entry_end <= end:
-            return None
-        spans[name] = (pos, entry_end)
-        pos = entry_end
-    return spans
-
-
-def decode_example(buf: bytes, start: int, end: int, default_key: str) -> tuple[str, Fields]:
-    """Parse an Example from ``buf[start:end]``; return ``(key, fields)``."""
-    spans = _own_spans(buf, start, end)
-    fields = (
-        _decode_general(buf, start, end) if spans is None else {n: buf[a:b] for n, (a, b) in spans.items()}
-    )
-    key = fields.pop(KEY_FEATURE, None)
-    return (key.decode() if key is not None else default_key), fields
-
-
-def _decode_general(buf: bytes, start: int, end: int) -> Fields:
-    fields: Fields = {}
-    for number, _, features_start, features_end in _messages(buf, start, end):
-        if number != 1:
-            continue
-        for entry_number, _, entry_start, entry_end in _messages(buf, features_start, features_end):
-            if entry_number != 1:
-                continue
-            name, feature = "", (0, 0)
-            for part, _, a, b in _messages(buf, entry_start, entry_end):
-                if part == 1:
-                    name = buf[a:b].decode()
-                elif part == 2:
-                    feature = (a, b)
-            fields[name] = _feature_value(buf, feature[0], feature[1], name)
-    return fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,10 +67,10 @@ class _Frame:
 
 @lru_cache(maxsize=4096)
 def _frame(names: tuple[str, ...], key_size: int, sizes: tuple[int, ...]) -> _Frame:
-    key_head = _entry_head(KEY_FEATURE, key_size)
-    heads = tuple(_entry_head(name, size) for name, size in zip(names, sizes, strict=True))
+    key_head = entry_head(KEY_FEATURE, key_size)
+    heads = tuple(entry_head(name, size) for name, size in zip(names, sizes, strict=True))
     body = len(key_head) + key_size + sum(map(len, heads)) + sum(sizes)
-    example_head = b"\x0a" + _varint(body)  # Example.features and its length
+    example_head = b"\x0a" + varint(body)  # Example.features and its length
     length = _LENGTH.pack(len(example_head) + body)
     prefix = length + _CRC.pack(masked_crc(length)) + example_head + key_head
     spans = [0, len(prefix), len(prefix) + key_size]
@@ -245,7 +97,7 @@ class TfrecordWriter:
         """Append one record per key; features ``__key__`` then ``names`` in sorted order.
 
         Everything but the key and values depends only on their lengths (:func:`_frame`), so a record
-        costs a cache lookup, the data CRC chained over its pieces (no joined copy) and the writes.
+        costs a cache lookup, the data CRC chained over its pieces and one checksum of the joined record.
         """
         if KEY_FEATURE in names:
             raise DataError(f"a field is named {KEY_FEATURE!r}, which holds the key")
@@ -267,12 +119,20 @@ class TfrecordWriter:
                 parts += (head, value)
             parts.append(_CRC.pack(_mask(crc)))
             frames.append(frame)
-        self._file.writelines(parts)
+        blob = b"".join(parts)  # one write, and the records' checksums over contiguous bytes
+        self._file.write(blob)
         sizes = np.fromiter((frame.size for frame in frames), dtype=np.int64, count=len(frames))
         starts = self._position + np.cumsum(sizes) - sizes
-        rows = np.array([frame.spans for frame in frames], dtype=np.int64)
-        rows += starts[:, None]
-        self._batches.append((ordered_names, rows.astype("<u8")))
+        spans = np.array([frame.spans for frame in frames], dtype=np.int64)
+        spans += starts[:, None]
+        first = fixed_columns(2)
+        rows = np.empty((len(keys), first + spans.shape[1] - 3), dtype="<u8")  # a version-2 index's rows
+        rows[:, OFFSET : KEY_STOP + 1] = spans[:, :3]  # _Frame.spans: (0, key start, key stop, values...)
+        rows[:, CHECKSUM] = span_checksums(
+            blob, [*starts.tolist(), self._position + len(blob)], self._position
+        )
+        rows[:, first:] = spans[:, 3:]
+        self._batches.append((ordered_names, rows))
         self._position += int(sizes.sum())
 
     def close(self) -> ShardIndex:
@@ -280,19 +140,22 @@ class TfrecordWriter:
         return ShardIndex.from_batches(self._batches, self._position)
 
 
-def _records(buf: bytes, shard: str, base: int, first_index: int) -> Iterator[tuple[int, int, int]]:
-    """Yield ``(record_offset, data_start, data_end)`` relative to ``buf``, checking framing and both CRCs."""
+def _records(
+    buf: bytes, shard: str, base: int, first_index: int, *, check: bool = True
+) -> Iterator[tuple[int, int, int]]:
+    """Yield ``(record_offset, data_start, data_end)`` relative to ``buf``, checking the framing and, with
+    ``check``, both CRCs."""
     pos, end, index = 0, len(buf), first_index
     while pos < end:
         if pos + 12 > end:
             raise CorruptShardError(shard, "truncated record header", sample_index=index, offset=base + pos)
         length, length_crc = _HEADER.unpack_from(buf, pos)
-        if masked_crc(buf[pos : pos + 8]) != length_crc:
+        if check and masked_crc(buf[pos : pos + 8]) != length_crc:
             raise CorruptShardError(shard, "length CRC mismatch", sample_index=index, offset=base + pos)
         data, data_end = pos + 12, pos + 12 + length
         if data_end + 4 > end:
             raise CorruptShardError(shard, "truncated record", sample_index=index, offset=base + pos)
-        if masked_crc(buf[data:data_end]) != _CRC.unpack_from(buf, data_end)[0]:
+        if check and masked_crc(buf[data:data_end]) != _CRC.unpack_from(buf, data_end)[0]:
             raise CorruptShardError(shard, "data CRC mismatch", sample_index=index, offset=base + pos)
         yield pos, data, data_end
         pos, index = data_end + 4, index + 1
@@ -309,6 +172,36 @@ def _decode(
         ) from exc
 
 
+class TfrecordReader(SpanReader):
+    """Reads spans of one TFRecord shard through one open file (see :class:`.SpanReader`)."""
+
+    format_name = "TFRecord"
+
+    def _read_chunk(self, view: memoryview, start: int, stop: int, base: int) -> list[tuple[str, Fields]]:
+        """Sliced by the index after checking each record's checksum (or, for a version-1 index, its
+        framing and CRCs); otherwise parsed."""
+        index, shard = self._index, self._shard
+        if isinstance(index, ShardIndex):
+            rows = index.rows(start, stop)
+            if self._verified:
+                check_spans(view, rows, start, base, shard)
+            if is_plain(rows):
+                if self._check_framing:
+                    _check_framing(view, index, start, stop, base, shard)
+                return cut_samples(view, rows, index, start, base, shard)
+        buf, stem = bytes(view), Path(shard).stem
+        out = [
+            _decode(buf, data, end, shard, stem, i, base + record)
+            for i, (record, data, end) in enumerate(
+                _records(buf, shard, base, start, check=self._check_framing), start
+            )
+        ]
+        if len(out) != stop - start:
+            detail = f"span holds {len(out)} records, index says {stop - start}"
+            raise CorruptShardError(shard, detail, sample_index=start, offset=base)
+        return out
+
+
 class TfrecordFormat:
     name = "tfrecord"
     suffix = ".tfrecord"
@@ -317,39 +210,26 @@ class TfrecordFormat:
     def open_writer(self, path: Path) -> TfrecordWriter:
         return TfrecordWriter(path)
 
+    def open_reader(self, path: Path, index: Offsets | None, *, check: bool = True) -> TfrecordReader:
+        return TfrecordReader(path, index, check=check)
+
     def read(
-        self, path: Path, start: int, stop: int, offsets: Offsets | None
+        self, path: Path, start: int, stop: int, offsets: Offsets | None, *, check: bool = True
     ) -> Iterator[tuple[str, Fields]]:
-        if offsets is None:
-            raise DataError(f"reading TFRecord shard {path} needs its offset index")
-        shard, stem, base = str(path), Path(path).stem, int(offsets[start])
-        with Path(path).open("rb", buffering=0) as f:
-            f.seek(base)
-            buf = f.read(int(offsets[stop]) - base)
-        if isinstance(offsets, ShardIndex) and len(buf) == int(offsets[stop]) - base:
-            sliced = _slice(buf, offsets, start, stop, shard)
-            if sliced is not None:
-                yield from sliced
-                return
-        count = 0
-        for count, (record, data, end) in enumerate(_records(buf, shard, base, start), 1):
-            yield _decode(buf, data, end, shard, stem, start + count - 1, base + record)
-        if count != stop - start:
-            raise CorruptShardError(
-                shard,
-                f"span holds {count} records, index says {stop - start}",
-                sample_index=start,
-                offset=base,
-            )
+        with TfrecordReader(path, offsets, check=check) as reader:
+            yield from reader.read(start, stop)
 
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         shard, stem = str(path), Path(path).stem
-        buf = Path(path).read_bytes()
+        try:
+            buf = Path(path).read_bytes()
+        except OSError as exc:
+            raise DataError(f"cannot read shard {shard}: {exc.strerror}") from exc
         keys: list[str] = []
         layouts: list[SampleLayout] = []
         for record, data, end in _records(buf, shard, 0, 0):
             key, fields = _decode(buf, data, end, shard, stem, len(keys), record)
-            spans = _own_spans(buf, data, end)
+            spans = own_spans(buf, data, end)
             if spans is None:  # a foreign Example: readers parse it
                 layouts.append(SampleLayout(record, None, dict.fromkeys(fields)))
             else:
@@ -359,20 +239,15 @@ class TfrecordFormat:
         return keys, layouts, len(buf)
 
 
-def _slice(
-    buf: bytes, index: ShardIndex, start: int, stop: int, shard: str
-) -> list[tuple[str, Fields]] | None:
-    """Records ``[start, stop)`` cut out of ``buf`` by the index after checking their framing and CRCs;
-    ``None`` if one needs the parser."""
-    rows = plain_rows(index, start, stop, shard)
-    if rows is None:
-        return None
-    base, view = index[start], memoryview(buf)
+def _check_framing(view: memoryview, index: ShardIndex, start: int, stop: int, base: int, shard: str) -> None:
+    """Without sample checksums (a version-1 index): check each record's framing and both CRCs."""
     bounds = (index.offsets[start : stop + 1] - base).tolist()
     for i in range(stop - start):
         pos, data_end = bounds[i], bounds[i + 1] - 4
-        length, length_crc = _HEADER.unpack_from(buf, pos)
-        (data_crc,) = _CRC.unpack_from(buf, data_end)
+        if data_end < pos + 12:
+            raise CorruptShardError(shard, "record shorter than its framing", sample_index=start + i)
+        length, length_crc = _HEADER.unpack_from(view, pos)
+        (data_crc,) = _CRC.unpack_from(view, data_end)
         problem = (
             "length CRC mismatch" if masked_crc(view[pos : pos + 8]) != length_crc
             else "record length disagrees with the index" if pos + 12 + length != data_end
@@ -381,7 +256,6 @@ def _slice(
         )  # fmt: skip
         if problem:
             raise CorruptShardError(shard, problem, sample_index=start + i, offset=base + pos)
-    return cut_samples(view, rows, base, index.fields, shard, start)
 
 
 FORMAT = TfrecordFormat()

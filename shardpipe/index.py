@@ -1,8 +1,9 @@
 """``shardpipe index``: adopt shards written by other tools, without repacking.
 
-Scans webdataset tars or TFRecord files of ``tf.train.Example``, writes each one's offset index beside it
-and a manifest for the folder, so the loaders read them like shards shardpipe packed. Files directly in
-the folder form one split (``train`` unless named); each subfolder holding shards is a split of its own.
+Scans webdataset tars or TFRecord files of ``tf.train.Example``, writes each one's index (spans and sample
+checksums, computed now from the bytes as they are) beside it and a manifest for the folder, so the
+loaders read and check them like shards shardpipe packed. Files directly in the folder form one split
+(``train`` unless named); each subfolder holding shards is a split of its own.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from shardpipe.atomic import write_bytes_atomic
 from shardpipe.errors import DataError, UsageError
 from shardpipe.formats import get_format
-from shardpipe.formats.layout import ShardIndex
+from shardpipe.formats.layout import ShardIndex, shard_checksums
 from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, sha256_file, write_manifest
 from shardpipe.progress import Progress
 
@@ -29,7 +30,9 @@ def find_shards(root: Path, top_split: str) -> dict[str, list[Path]]:
     return splits
 
 
-def adopt(root: Path, *, split_name: str = "train", overwrite: bool = False, quiet: bool = False) -> Manifest:
+def index_folder(
+    root: Path, *, split_name: str = "train", overwrite: bool = False, quiet: bool = False
+) -> Manifest:
     if not root.is_dir():
         raise UsageError(f"{root} is not a directory")
     if (root / MANIFEST_NAME).exists() and not overwrite:
@@ -55,7 +58,8 @@ def adopt(root: Path, *, split_name: str = "train", overwrite: bool = False, qui
         split_entries = []
         for path in paths:  # indexes are written once every shard is scanned: their columns are all fields
             keys, layouts, end = scanned[path]
-            index_data = ShardIndex.build(layouts, end, fields).to_bytes()
+            checksums = shard_checksums(path, layouts, end)
+            index_data = ShardIndex.build(layouts, end, fields, checksums).to_bytes()
             write_bytes_atomic(path.with_name(path.name + ".idx"), index_data)
             rel = path.relative_to(root).as_posix()
             digest = hashlib.sha256(index_data).hexdigest()
