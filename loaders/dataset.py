@@ -32,7 +32,6 @@ from loaders.planner import (
     PlanConfig,
     Remainder,
     Runs,
-    Span,
     Window,
     epoch_runs,
     num_samples,
@@ -243,38 +242,37 @@ class ShardedDataset(IterableDataset[Sample]):
         """The window's samples in read order; with on_error='skip' a bad one becomes a flagged copy."""
         columns = Columns(self.manifest.fields)
         bad: list[int] = []
-        for span in window.spans:
-            start = span.start
-            while start < span.stop:
+        for shard_index, start, stop, is_pad in window.runs:
+            while start < stop:
                 try:
-                    self._read_range(columns, span, start, span.stop)
+                    self._read_range(columns, shard_index, start, stop, is_pad)
                     break
                 except DataError as exc:
                     if self.options.on_error == "raise":
                         raise
                     failed = getattr(exc, "sample_index", None)
-                    failed = failed if failed is not None and start <= failed < span.stop else start
+                    failed = failed if failed is not None and start <= failed < stop else start
                     log.warning("skipping unreadable sample %d of %s: %s", failed,
-                                self.shards[span.shard_index].path, exc)  # fmt: skip
+                                self.shards[shard_index].path, exc)  # fmt: skip
                     self._errors[worker_index % MAX_WORKERS] += 1
                     if failed > start:  # the samples ahead of the bad one are good
-                        self._read_range(columns, span, start, failed)
+                        self._read_range(columns, shard_index, start, failed, is_pad)
                     bad.append(len(columns))
                     columns.extend([""], {name: [b""] for name in columns.names}, True)
                     start = failed + 1
         if bad:
-            _replace_errors(columns, bad, self.shards, window.spans)
+            _replace_errors(columns, bad, [self.shards[run[0]].path for run in window.runs])
         return columns
 
-    def _read_range(self, columns: Columns, span: Span, start: int, stop: int) -> None:
-        """Append samples [start, stop) of the span's shard, all or none."""
-        part = self._readers.read_columns(span.shard_index, start, stop, columns.names)
+    def _read_range(self, columns: Columns, shard_index: int, start: int, stop: int, is_pad: int) -> None:
+        """Append samples [start, stop) of a shard, all or none."""
+        part = self._readers.read_columns(shard_index, start, stop, columns.names)
         if len(part) != stop - start:
             raise DataError(
-                f"{self.shards[span.shard_index].path}: yielded {len(part)} samples for [{start}, {stop}); "
+                f"{self.shards[shard_index].path}: yielded {len(part)} samples for [{start}, {stop}); "
                 "truncated? run `shardpipe verify`"
             )
-        columns.extend(part.keys, part.fields, span.is_pad)
+        columns.extend(part.keys, part.fields, bool(is_pad))
 
     def _finish(self, sample: Sample) -> Any:
         for field, decoder in self.decoders.items():
@@ -360,12 +358,12 @@ def _remaining(shard_sizes: tuple[int, ...], history: tuple[Segment, ...], epoch
     return remaining_runs(shard_sizes, history, epoch)
 
 
-def _replace_errors(columns: Columns, bad: list[int], shards: Any, spans: tuple[Span, ...]) -> None:
+def _replace_errors(columns: Columns, bad: list[int], paths: list[str]) -> None:
     """Fill each unreadable slot with a copy of a readable sample of the window, flagged as a pad."""
     unreadable = set(bad)
     good = next((i for i in range(len(columns)) if i not in unreadable), None)
     if good is None:
-        names = ", ".join(sorted({shards[s.shard_index].path for s in spans}))
+        names = ", ".join(sorted(set(paths)))
         raise DataError(f"every sample of a read window in {names} is unreadable; run `shardpipe verify`")
     for i in bad:
         columns.keys[i] = columns.keys[good]

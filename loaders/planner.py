@@ -90,13 +90,21 @@ class PlanConfig:
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """Spans read together, then yielded in ``permutation()`` order (read order when ``seed`` is None)."""
+    """Spans read together, then yielded in ``permutation()`` order (read order when ``seed`` is None).
 
-    spans: tuple[Span, ...]
+    ``runs`` holds each span as ``[shard, start, stop, is_pad]`` plain ints: a window holds hundreds of
+    small spans, and the reading loop needs no object per span.
+    """
+
+    runs: list[list[int]]
     seed: tuple[int, ...] | None
 
     def __len__(self) -> int:
-        return sum(len(span) for span in self.spans)
+        return sum(stop - start for _, start, stop, _ in self.runs)
+
+    @property
+    def spans(self) -> list[Span]:
+        return [Span(shard, start, stop, bool(pad)) for shard, start, stop, pad in self.runs]
 
     def permutation(self) -> np.ndarray:
         return window_permutation(self.seed, len(self))
@@ -182,8 +190,7 @@ def plan_windows(runs: Runs, config: PlanConfig, *, epoch: int, rank: int, worke
     part = worker_part(runs, config, epoch=epoch, rank=rank, worker_index=worker_index)
     windows = []
     for index, rows in enumerate(_chunks(part, config.shuffle_buffer)):
-        spans = tuple(Span(int(s), int(a), int(b), bool(p)) for s, a, b, p in rows.tolist())
-        windows.append(Window(spans, window_seed(config, epoch, rank, worker_index, index)))
+        windows.append(Window(rows.tolist(), window_seed(config, epoch, rank, worker_index, index)))
     return windows
 
 
