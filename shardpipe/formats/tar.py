@@ -232,8 +232,8 @@ def _check_member_headers(
     """Without sample checksums (a version-1 index), check the header before every member's data."""
     data_starts = index.field_starts[start:stop]  # (samples, fields)
     present = data_starts != NO_SPAN
-    headers = data_starts - np.uint64(BLOCK)
-    if (present & (headers < index.offsets[start:stop, None])).any():
+    headers = data_starts - np.uint64(BLOCK)  # wraps below zero: caught by the first test
+    if (present & ((data_starts < BLOCK) | (headers < index.offsets[start:stop, None]))).any():
         raise CorruptShardError(shard, "the index puts a member's data before its header", sample_index=start)
     verify_checksums(view, (headers[present] - base).tolist(), shard, base)
 
