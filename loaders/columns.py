@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
 
 from loaders.collate import Batch, RaggedBytes
+from shardpipe.errors import DataError
 
 Sample = dict[str, object]
 
@@ -26,7 +28,8 @@ class Columns:
 
     names: tuple[str, ...]
     keys: list[str] = field(default_factory=list)
-    fields: dict[str, list[bytes]] = field(default_factory=dict)
+    fields: dict[str, list[bytes | None]] = field(default_factory=dict)
+    """``None`` where a sample lacks the field (foreign shards); such samples only travel one by one."""
     pads: list[bool] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -36,7 +39,9 @@ class Columns:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def extend(self, keys: Sequence[str], fields: dict[str, list[bytes]], pads: bool | list[bool]) -> None:
+    def extend(
+        self, keys: Sequence[str], fields: dict[str, list[bytes | None]], pads: bool | list[bool]
+    ) -> None:
         self.keys += keys
         for name in self.names:
             self.fields[name] += fields[name]
@@ -55,21 +60,10 @@ class Columns:
         """One dict per sample, as the per-sample path yields them."""
         names, fields = self.names, self.fields
         for i, key in enumerate(self.keys):
-            sample: Sample = {name: fields[name][i] for name in names}
+            sample: Sample = {name: value for name in names if (value := fields[name][i]) is not None}
             sample["__key__"] = key
             sample["__pad__"] = self.pads[i]
             yield sample
-
-
-def samples_to_columns(names: tuple[str, ...], samples: Iterable[tuple[str, dict[str, bytes]]]) -> Columns:
-    """Columns from a reader's ``(key, fields)`` pairs; a sample lacking a field has no place in them."""
-    columns = Columns(names)
-    keys, fields = columns.keys, columns.fields
-    for key, sample in samples:
-        keys.append(key)
-        for name in names:
-            fields[name].append(sample[name])
-    return columns
 
 
 def batches(windows: Iterable[Columns], batch_size: int) -> Iterator[Batch]:
@@ -93,6 +87,13 @@ def to_batch(columns: Columns, start: int, stop: int) -> Batch:
     batch = Batch()
     batch["__key__"] = columns.keys[start:stop]
     for name in columns.names:
-        batch[name] = RaggedBytes.from_list(columns.fields[name][start:stop])
+        values = columns.fields[name][start:stop]
+        if None in values:
+            key = columns.keys[start + values.index(None)]
+            raise DataError(
+                f"sample {key!r} has no field {name!r}, so its batch cannot hold it as one buffer; read "
+                "this dataset with a collate_fn (make_loader(..., collate_fn=...)) or a transform"
+            )
+        batch[name] = RaggedBytes.from_list(cast(list[bytes], values))
     batch["__pad__"] = torch.from_numpy(np.array(columns.pads[start:stop], dtype=bool))
     return batch

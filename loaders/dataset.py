@@ -23,7 +23,7 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import IterableDataset
 
-from loaders.columns import Columns, batches, samples_to_columns
+from loaders.columns import Columns, batches
 from loaders.decode import Decoder, resolve_decoders
 from loaders.elastic import Segment, consumed_count, remaining_runs
 from loaders.planner import (
@@ -296,7 +296,8 @@ class _Readers:
         self._open: OrderedDict[int, ShardReader] = OrderedDict()
 
     def read_columns(self, shard_index: int, start: int, stop: int, names: tuple[str, ...]) -> Columns:
-        return samples_to_columns(names, self._reader(shard_index).read(start, stop))
+        keys, fields = self._reader(shard_index).read_columns(start, stop, names)
+        return Columns(names, keys, fields)
 
     def _reader(self, shard_index: int) -> ShardReader:
         if self._pid != os.getpid():  # inherited through a fork: never used here, never closed here

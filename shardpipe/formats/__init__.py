@@ -55,6 +55,11 @@ class ShardWriter(Protocol):
         """Release the file after a failure; the caller deletes the partial shard."""
 
 
+ColumnsOut = tuple[list[str], dict[str, list[bytes | None]]]
+"""Samples as columns: their keys, and for each field name the values in the same order (``None`` where a
+sample lacks the field)."""
+
+
 class ShardReader(Protocol):
     """One shard opened once; ``read`` may be called for many spans. Not to be shared across a fork."""
 
@@ -64,6 +69,9 @@ class ShardReader(Protocol):
 
         Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
         """
+
+    def read_columns(self, start: int, stop: int, names: Sequence[str]) -> ColumnsOut:
+        """Samples ``start <= i < stop`` as columns (checked like ``read``), with no object per sample."""
 
     def close(self) -> None:
         """Release the file or mapping; idempotent (also done when the reader is dropped)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -277,3 +277,32 @@ def cut_samples(
             raise CorruptShardError(shard, f"key is not UTF-8: {exc}", sample_index=start + i) from None
         out.append((key, sample))
     return out
+
+
+def cut_columns(
+    view: memoryview, rows: Rows, index: ShardIndex, start: int, base: int, shard: str,
+    keys: list[str], fields: dict[str, list[bytes | None]],
+) -> None:  # fmt: skip
+    """Append the keys and the ``fields`` columns of ``rows``' samples (sample ``start`` first), sliced
+    out of ``view`` (the file from ``base``) as :func:`cut_samples` does, without a dict per sample; a
+    field a sample lacks is ``None``."""
+    columns = [(fields[name], index.first_field + 2 * index.fields.index(name)) for name in fields]
+    for i in range(len(rows) - 1):
+        row = rows[i]
+        try:
+            keys.append(str(view[row[KEY_START] - base : row[KEY_STOP] - base], "utf-8"))
+        except UnicodeDecodeError as exc:
+            raise CorruptShardError(shard, f"key is not UTF-8: {exc}", sample_index=start + i) from None
+        for values, column in columns:
+            a = row[column]
+            values.append(None if a == NO_SPAN else view[a - base : row[column + 1] - base].tobytes())
+
+
+def add_samples(
+    keys: list[str], fields: dict[str, list[bytes | None]], samples: Iterable[tuple[str, dict[str, bytes]]]
+) -> None:
+    """Append ``(key, fields)`` samples to columns; a field a sample lacks is ``None``."""
+    for key, sample in samples:
+        keys.append(key)
+        for name, values in fields.items():
+            values.append(sample.get(name))

@@ -29,7 +29,7 @@ import lmdb
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.formats import Column, Fields, Offsets, framing
+from shardpipe.formats import Column, ColumnsOut, Fields, Offsets, framing
 from shardpipe.formats.layout import (
     KEY_START,
     KEY_STOP,
@@ -38,6 +38,7 @@ from shardpipe.formats.layout import (
     PARSE,
     SampleLayout,
     ShardIndex,
+    add_samples,
     fixed_columns,
 )
 
@@ -244,6 +245,12 @@ class LmdbReader:
                     yield self._decode(value, index)
         except lmdb.Error as exc:
             raise CorruptShardError(shard, f"LMDB: {exc}", sample_index=index) from exc
+
+    def read_columns(self, start: int, stop: int, names: Sequence[str]) -> ColumnsOut:
+        keys: list[str] = []
+        fields: dict[str, list[bytes | None]] = {name: [] for name in names}
+        add_samples(keys, fields, self.read(start, stop))
+        return keys, fields
 
     def _decode(self, value: memoryview, index: int) -> tuple[str, Fields]:
         if len(value) > self._file_size:  # a damaged length: never touch bytes past the file

@@ -26,10 +26,7 @@ from shardpipe.formats.layout import (
     PARSE,
     SampleLayout,
     ShardIndex,
-    check_spans,
-    cut_samples,
     fixed_columns,
-    is_plain,
     span_checksums,
 )
 from shardpipe.formats.spanreader import SpanReader
@@ -206,17 +203,12 @@ class TarReader(SpanReader):
 
     format_name = "tar"
 
-    def _read_chunk(self, view: memoryview, start: int, stop: int, base: int) -> list[tuple[str, Fields]]:
-        """Sliced by the index after checking each sample's checksum, or parsed (checking headers)."""
-        index, shard = self._index, self._shard
-        if isinstance(index, ShardIndex):
-            rows = index.rows(start, stop)
-            if self._verified:
-                check_spans(view, rows, start, base, shard)
-            if is_plain(rows):
-                if self._check_framing:
-                    _check_member_headers(view, index, start, stop, base, shard)
-                return cut_samples(view, rows, index, start, base, shard)
+    def _check_chunk_framing(self, view: memoryview, start: int, stop: int, base: int) -> None:
+        _check_member_headers(view, self._index, start, stop, base, self._shard)  # type: ignore[arg-type]
+
+    def _parse_chunk(self, view: memoryview, start: int, stop: int, base: int) -> list[tuple[str, Fields]]:
+        """Parsed header by header (checking each header unless sample checksums were checked)."""
+        shard = self._shard
         samples, _ = parse(
             view, shard, base, start, until_end_marker=False, check_headers=self._check_framing
         )

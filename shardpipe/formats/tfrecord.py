@@ -27,10 +27,7 @@ from shardpipe.formats.layout import (
     OFFSET,
     SampleLayout,
     ShardIndex,
-    check_spans,
-    cut_samples,
     fixed_columns,
-    is_plain,
     span_checksums,
 )
 from shardpipe.formats.spanreader import SpanReader
@@ -177,18 +174,12 @@ class TfrecordReader(SpanReader):
 
     format_name = "TFRecord"
 
-    def _read_chunk(self, view: memoryview, start: int, stop: int, base: int) -> list[tuple[str, Fields]]:
-        """Sliced by the index after checking each record's checksum (or, for a version-1 index, its
-        framing and CRCs); otherwise parsed."""
-        index, shard = self._index, self._shard
-        if isinstance(index, ShardIndex):
-            rows = index.rows(start, stop)
-            if self._verified:
-                check_spans(view, rows, start, base, shard)
-            if is_plain(rows):
-                if self._check_framing:
-                    _check_framing(view, index, start, stop, base, shard)
-                return cut_samples(view, rows, index, start, base, shard)
+    def _check_chunk_framing(self, view: memoryview, start: int, stop: int, base: int) -> None:
+        _check_framing(view, self._index, start, stop, base, self._shard)  # type: ignore[arg-type]
+
+    def _parse_chunk(self, view: memoryview, start: int, stop: int, base: int) -> list[tuple[str, Fields]]:
+        """Parsed record by record (checking framing and CRCs unless sample checksums were checked)."""
+        shard = self._shard
         buf, stem = bytes(view), Path(shard).stem
         out = [
             _decode(buf, data, end, shard, stem, i, base + record)
