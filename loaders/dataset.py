@@ -239,40 +239,61 @@ class ShardedDataset(IterableDataset[Sample]):
             skip = 0
 
     def _read_window(self, window: Window, worker_index: int) -> Columns:
-        """The window's samples in read order; with on_error='skip' a bad one becomes a flagged copy."""
+        """The window's samples in read order, one reader call per run of spans in the same shard; with
+        on_error='skip' a bad sample becomes a flagged copy of a good one."""
         columns = Columns(self.manifest.fields)
         bad: list[int] = []
-        for shard_index, start, stop, is_pad in window.runs:
-            while start < stop:
-                try:
-                    self._read_range(columns, shard_index, start, stop, is_pad)
-                    break
-                except DataError as exc:
-                    if self.options.on_error == "raise":
-                        raise
-                    failed = getattr(exc, "sample_index", None)
-                    failed = failed if failed is not None and start <= failed < stop else start
-                    log.warning("skipping unreadable sample %d of %s: %s", failed,
-                                self.shards[shard_index].path, exc)  # fmt: skip
-                    self._errors[worker_index % MAX_WORKERS] += 1
-                    if failed > start:  # the samples ahead of the bad one are good
-                        self._read_range(columns, shard_index, start, failed, is_pad)
-                    bad.append(len(columns))
-                    columns.extend([""], {name: [b""] for name in columns.names}, True)
-                    start = failed + 1
+        runs, first = window.runs, 0
+        while first < len(runs):
+            last = first + 1
+            while last < len(runs) and runs[last][0] == runs[first][0]:
+                last += 1
+            group = runs[first:last]
+            try:
+                self._read_group(columns, group)
+            except DataError:
+                if self.options.on_error == "raise":
+                    raise
+                for run in group:  # find the bad samples span by span
+                    self._read_run_skipping(columns, run, bad, worker_index)
+            first = last
         if bad:
-            _replace_errors(columns, bad, [self.shards[run[0]].path for run in window.runs])
+            _replace_errors(columns, bad, [self.shards[run[0]].path for run in runs])
         return columns
 
-    def _read_range(self, columns: Columns, shard_index: int, start: int, stop: int, is_pad: int) -> None:
-        """Append samples [start, stop) of a shard, all or none."""
-        part = self._readers.read_columns(shard_index, start, stop, columns.names)
-        if len(part) != stop - start:
+    def _read_group(self, columns: Columns, group: list[list[int]]) -> None:
+        """Append the samples of spans of one shard, all or none."""
+        shard_index = group[0][0]
+        keys, fields = self._readers.get(shard_index).read_runs(
+            [(start, stop) for _, start, stop, _ in group], columns.names
+        )
+        expected = sum(stop - start for _, start, stop, _ in group)
+        if len(keys) != expected:
             raise DataError(
-                f"{self.shards[shard_index].path}: yielded {len(part)} samples for [{start}, {stop}); "
-                "truncated? run `shardpipe verify`"
+                f"{self.shards[shard_index].path}: read {len(keys)} samples, expected {expected}; truncated? "
+                "run `shardpipe verify`"
             )
-        columns.extend(part.keys, part.fields, bool(is_pad))
+        pads = [bool(pad) for _, start, stop, pad in group for _ in range(stop - start)]
+        columns.extend(keys, fields, pads)
+
+    def _read_run_skipping(self, columns: Columns, run: list[int], bad: list[int], worker_index: int) -> None:
+        """Read one span sample range by sample range, leaving a placeholder for each unreadable sample."""
+        shard_index, start, stop, is_pad = run
+        while start < stop:
+            try:
+                self._read_group(columns, [[shard_index, start, stop, is_pad]])
+                return
+            except DataError as exc:
+                failed = getattr(exc, "sample_index", None)
+                failed = failed if failed is not None and start <= failed < stop else start
+                log.warning("skipping unreadable sample %d of %s: %s", failed,
+                            self.shards[shard_index].path, exc)  # fmt: skip
+                self._errors[worker_index % MAX_WORKERS] += 1
+                if failed > start:  # the samples ahead of the bad one are good
+                    self._read_group(columns, [[shard_index, start, failed, is_pad]])
+                bad.append(len(columns))
+                columns.extend([""], {name: [b""] for name in columns.names}, True)
+                start = failed + 1
 
     def _finish(self, sample: Sample) -> Any:
         for field, decoder in self.decoders.items():
@@ -295,11 +316,7 @@ class _Readers:
         self._pid = os.getpid()
         self._open: OrderedDict[int, ShardReader] = OrderedDict()
 
-    def read_columns(self, shard_index: int, start: int, stop: int, names: tuple[str, ...]) -> Columns:
-        keys, fields = self._reader(shard_index).read_columns(start, stop, names)
-        return Columns(names, keys, fields)
-
-    def _reader(self, shard_index: int) -> ShardReader:
+    def get(self, shard_index: int) -> ShardReader:
         if self._pid != os.getpid():  # inherited through a fork: never used here, never closed here
             self._open = OrderedDict()
             self._pid = os.getpid()

@@ -24,6 +24,7 @@ from loaders.planner import (
     samples_per_rank,
     slice_rows,
     window_permutation,
+    window_rows,
     window_seed,
     worker_part,
     worker_sample_counts,
@@ -66,7 +67,7 @@ def consumed_runs(runs: Runs, segment: Segment, epoch: int) -> Runs:
             whole = count // window * window  # samples of the windows handed out completely
             taken.append(_real(slice_rows(part, 0, whole)))
             if count > whole:  # the window being handed out: its first samples in yield order
-                rows = slice_rows(part, whole, min(whole + window, num_samples(part)))
+                rows = window_rows(part, whole, min(whole + window, num_samples(part)), config.shuffle)
                 samples = _expand(rows)  # (window, 3) shard, sample, is_pad in read order
                 seed = window_seed(config, epoch, rank, worker, whole // window)
                 first = samples[window_permutation(seed, len(samples))[: count - whole]]

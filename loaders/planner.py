@@ -16,8 +16,10 @@ Rules, in order:
    so even a pack sorted by class mixes well. Each block is still one contiguous read.
 4. Workers. The rank's stream is cut into contiguous parts of ``worker_sample_counts`` samples (whole
    batches), the same sizes on every rank, so every rank yields ceil(per_rank / batch_size) batches.
-5. Windows. A worker's part is cut into windows of ``shuffle_buffer`` samples, each permuted by
-   ``SeedSequence([seed, epoch, rank, worker, window])``. A worker holds one window of samples at a time.
+5. Windows. A worker's part is cut into windows of ``shuffle_buffer`` samples. With shuffle, a window's
+   spans are read in shard and sample order (one reader call per shard) and its samples yielded in a
+   permutation seeded by ``SeedSequence([seed, epoch, rank, worker, window])``. A worker holds one window
+   of samples at a time.
 
 Layout 1 (states saved before layout 2) cut the workers' parts before the blocks and permuted each
 worker's blocks with ``SeedSequence([seed, epoch, rank, worker])``; it is kept so those states resume.
@@ -189,7 +191,9 @@ def plan_windows(runs: Runs, config: PlanConfig, *, epoch: int, rank: int, worke
     _check_int("worker_index", worker_index, low=0, high=config.num_readers)
     part = worker_part(runs, config, epoch=epoch, rank=rank, worker_index=worker_index)
     windows = []
-    for index, rows in enumerate(_chunks(part, config.shuffle_buffer)):
+    total, size = num_samples(part), config.shuffle_buffer
+    for index, begin in enumerate(range(0, total, size)):
+        rows = window_rows(part, begin, min(begin + size, total), config.shuffle)
         windows.append(Window(rows.tolist(), window_seed(config, epoch, rank, worker_index, index)))
     return windows
 
@@ -282,10 +286,12 @@ def slice_rows(rows: np.ndarray, begin: int, end: int) -> np.ndarray:
     return out
 
 
-def _chunks(rows: Blocks, size: int) -> list[Blocks]:
-    """Consecutive pieces of ``size`` samples (the last may be shorter), rows split at the boundaries."""
-    total = num_samples(rows)
-    return [slice_rows(rows, begin, min(begin + size, total)) for begin in range(0, total, size)]
+def window_rows(part: Blocks, begin: int, end: int, shuffle: bool) -> Blocks:
+    """The spans of a window, positions [begin, end) of a worker's part, in reading order. Shuffled, that
+    is by shard then sample (the window's permutation decides the order samples are yielded in);
+    unshuffled, the part's own order, which is also the yield order."""
+    rows = slice_rows(part, begin, end)
+    return rows[np.lexsort((rows[:, 3], rows[:, 1], rows[:, 0]))] if shuffle else rows
 
 
 def num_samples(rows: np.ndarray) -> int:

@@ -249,14 +249,21 @@ def test_no_shuffle_is_stored_order_every_epoch() -> None:
 def test_shard_order_pinned() -> None:
     """The order must be the same on any machine; a numpy stream change would break resumed runs."""
     assert shard_order(8, PlanConfig(1, 0, seed=0), 0) == [2, 4, 3, 6, 5, 0, 1, 7]
-    runs = epoch_runs([10, 10], PlanConfig(1, 0, seed=0), 0)
-    windows = plan_windows(runs, PlanConfig(1, 0, seed=0, block_size=4), epoch=0, rank=0, worker_index=0)
-    assert [(s.shard_index, s.start) for s in windows[0].spans][:3] == PINNED_FIRST_BLOCKS
-    assert windows[0].permutation()[:5].tolist() == PINNED_FIRST_PERMUTATION
+    config = PlanConfig(1, 0, seed=0, block_size=4, shuffle_buffer=8)
+    windows = plan_windows(epoch_runs([10, 10], config, 0), config, epoch=0, rank=0, worker_index=0)
+    assert [(s.shard_index, s.start) for s in windows[0].spans] == PINNED_FIRST_WINDOW
+    assert yield_order(windows)[:6] == PINNED_FIRST_YIELDS
 
 
-PINNED_FIRST_BLOCKS = [(1, 0), (0, 8), (1, 8)]
-PINNED_FIRST_PERMUTATION = [10, 8, 19, 16, 0]
+PINNED_FIRST_WINDOW = [(0, 8), (1, 0), (1, 8)]  # blocks of 2, 4 and 2 samples, read in shard order
+PINNED_FIRST_YIELDS = [
+    (1, 3, False),
+    (1, 1, False),
+    (0, 8, False),
+    (0, 9, False),
+    (1, 0, False),
+    (1, 2, False),
+]
 
 
 def test_blocks_spread_each_worker_over_the_rank_share() -> None:

@@ -70,8 +70,9 @@ class ShardReader(Protocol):
         Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
         """
 
-    def read_columns(self, start: int, stop: int, names: Sequence[str]) -> ColumnsOut:
-        """Samples ``start <= i < stop`` as columns (checked like ``read``), with no object per sample."""
+    def read_runs(self, runs: Sequence[tuple[int, int]], names: Sequence[str]) -> ColumnsOut:
+        """The samples of each run ``[start, stop)``, in order, as columns (checked like ``read``), with
+        no object per sample."""
 
     def close(self) -> None:
         """Release the file or mapping; idempotent (also done when the reader is dropped)."""

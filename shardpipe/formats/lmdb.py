@@ -246,10 +246,11 @@ class LmdbReader:
         except lmdb.Error as exc:
             raise CorruptShardError(shard, f"LMDB: {exc}", sample_index=index) from exc
 
-    def read_columns(self, start: int, stop: int, names: Sequence[str]) -> ColumnsOut:
+    def read_runs(self, runs: Sequence[tuple[int, int]], names: Sequence[str]) -> ColumnsOut:
         keys: list[str] = []
         fields: dict[str, list[bytes | None]] = {name: [] for name in names}
-        add_samples(keys, fields, self.read(start, stop))
+        for start, stop in runs:
+            add_samples(keys, fields, self.read(start, stop))
         return keys, fields
 
     def _decode(self, value: memoryview, index: int) -> tuple[str, Fields]:

@@ -15,11 +15,14 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import TypeVar, cast
+
+import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.formats import ColumnsOut, Fields, Offsets
 from shardpipe.formats.layout import (
+    OFFSET,
     Rows,
     ShardIndex,
     add_samples,
@@ -58,80 +61,133 @@ class SpanReader:
         for samples in self._chunks(start, stop, self._samples):
             yield from samples
 
-    def read_columns(self, start: int, stop: int, names: Sequence[str]) -> ColumnsOut:
-        """Samples ``[start, stop)`` as ``(keys, {name: values})``, no object per sample: the loaders'
-        batch path. A field a sample lacks is ``None``."""
+    def read_runs(self, runs: Sequence[tuple[int, int]], names: Sequence[str]) -> ColumnsOut:
+        """Samples of each run ``[start, stop)``, in order, as ``(keys, {name: values})`` with no object
+        per sample: the loaders' batch path. A field a sample lacks is ``None``.
+
+        The rows of every run come from one index gather, and a small run is one read, checked and cut:
+        a window reads hundreds of runs of a few samples, and per-run costs dominate.
+        """
         keys: list[str] = []
         fields: dict[str, list[bytes | None]] = {name: [] for name in names}
 
-        def add(view: memoryview, first: int, last: int, base: int) -> None:
-            rows = self._sliceable(view, first, last, base)
+        def add(view: memoryview, first: int, count: int, base: int, rows: Rows | None) -> None:
+            rows = self._sliceable(view, first, base, rows)
             if rows is None:
-                add_samples(keys, fields, self._parse_chunk(view, first, last, base))
+                add_samples(keys, fields, self._parse_chunk(view, first, count, base))
             else:
                 cut_columns(view, rows, self._index, first, base, self._shard, keys, fields)  # type: ignore[arg-type]
 
-        for _ in self._chunks(start, stop, add):
-            pass
+        index = self._index
+        fast = isinstance(index, ShardIndex) and not self._check_framing
+        all_rows = self._rows_of(runs) if fast else [None] * len(runs)
+        for (start, stop), rows in zip(runs, all_rows, strict=True):
+            if rows is not None and rows[-1][OFFSET] - rows[0][OFFSET] <= READ_CHUNK and is_plain(rows):
+                base = rows[0][OFFSET]
+                view = self._pread(base, rows[-1][OFFSET] - base, start)
+                if self._verified:
+                    check_spans(view, rows, start, base, self._shard)
+                cut_columns(view, rows, index, start, base, self._shard, keys, fields)  # type: ignore[arg-type]
+            else:
+                for _ in self._chunks(start, stop, add):
+                    pass
         return keys, fields
 
-    def _samples(self, view: memoryview, first: int, last: int, base: int) -> list[tuple[str, Fields]]:
-        rows = self._sliceable(view, first, last, base)
-        if rows is None:
-            return self._parse_chunk(view, first, last, base)
-        return cut_samples(view, rows, self._index, first, base, self._shard)  # type: ignore[arg-type]
+    def _rows_of(self, runs: Sequence[tuple[int, int]]) -> list[Rows]:
+        """Each run's index rows (and the row after its last sample), from one gather."""
+        index = cast(ShardIndex, self._index)
+        for start, stop in runs:
+            self._check_bounds(start, stop)
+        counts = [stop - start + 1 for start, stop in runs]
+        starts = np.repeat([start for start, _ in runs], counts)
+        steps = np.arange(sum(counts)) - np.repeat(np.cumsum(counts) - counts, counts)
+        flat: Rows = index.table[starts + steps].tolist()  # (sum(counts), columns)
+        out, position = [], 0
+        for count in counts:
+            out.append(flat[position : position + count])
+            position += count
+        return out
 
-    def _chunks(self, start: int, stop: int, handle: Callable[[memoryview, int, int, int], T]) -> Iterator[T]:
-        """``handle(view, first, last, base)`` for each chunk: samples ``[first, last)`` read into ``view``
-        from byte ``base``, into one reused buffer (a fresh buffer per read costs a page fault per 4 KiB).
-        An error ``handle`` raises at a byte offset is reported at the sample holding that byte."""
-        offsets, shard = self._index, self._shard
-        num_samples = len(offsets) - 1
+    def _check_bounds(self, start: int, stop: int) -> None:
+        num_samples = len(self._index) - 1
         if not 0 <= start <= stop <= num_samples:
             detail = f"samples [{start}, {stop}) requested, the shard holds {num_samples}"
-            raise CorruptShardError(shard, detail, sample_index=min(max(start, 0), num_samples))
-        index = start
-        while index < stop:
-            base = int(offsets[index])
-            chunk_stop = max(index + 1, bisect_right(offsets, base + READ_CHUNK, index + 1, stop + 1) - 1)
-            size = int(offsets[chunk_stop]) - base
-            if size > len(self._buffer):
-                self._buffer = bytearray(size)
-            view = memoryview(self._buffer)[:size]
-            if not self._closer.alive:
-                raise UsageError(f"the reader of {shard} is closed")
-            if os.preadv(self._fd, [view], base) != size:
-                raise CorruptShardError(shard, "file ends inside the span", sample_index=index, offset=base)
+            raise CorruptShardError(self._shard, detail, sample_index=min(max(start, 0), num_samples))
+
+    def _pread(self, base: int, size: int, sample_index: int) -> memoryview:
+        """``size`` bytes from ``base`` into the reused buffer."""
+        if size > len(self._buffer):
+            self._buffer = bytearray(size)
+        view = memoryview(self._buffer)[:size]
+        if not self._closer.alive:
+            raise UsageError(f"the reader of {self._shard} is closed")
+        if os.preadv(self._fd, [view], base) != size:
+            raise CorruptShardError(
+                self._shard, "file ends inside the span", sample_index=sample_index, offset=base
+            )
+        return view
+
+    def _samples(
+        self, view: memoryview, first: int, count: int, base: int, rows: Rows | None
+    ) -> list[tuple[str, Fields]]:
+        rows = self._sliceable(view, first, base, rows)
+        if rows is None:
+            return self._parse_chunk(view, first, count, base)
+        return cut_samples(view, rows, self._index, first, base, self._shard)  # type: ignore[arg-type]
+
+    def _chunks(
+        self, start: int, stop: int, handle: Callable[[memoryview, int, int, int, Rows | None], T]
+    ) -> Iterator[T]:
+        """``handle(view, first, count, base, rows)`` for each chunk: ``count`` whole samples from ``first``
+        read into ``view``
+        from byte ``base``, into one reused buffer (a fresh buffer per read costs a page fault per 4 KiB);
+        ``rows`` are their index rows (and the next one) when the reader has an index. An error ``handle``
+        raises at a byte offset is reported at the sample holding that byte."""
+        offsets, shard = self._index, self._shard
+        self._check_bounds(start, stop)
+        # One numpy call for the span's rows: a span may be a few samples, and per-call costs dominate.
+        rows = offsets.rows(start, stop) if isinstance(offsets, ShardIndex) else None
+        if rows is not None:
+            bounds = [row[OFFSET] for row in rows]
+        else:
+            bounds = [int(offsets[i]) for i in range(start, stop + 1)]
+        first = 0  # positions in bounds: sample start + first
+        while first < stop - start:
+            base = bounds[first]
+            last = stop - start
+            if bounds[last] - base > READ_CHUNK:
+                last = max(first + 1, bisect_right(bounds, base + READ_CHUNK, first + 1) - 1)
+            view = self._pread(base, bounds[last] - base, start + first)
             try:
-                result = handle(view, index, chunk_stop, base)
+                chunk_rows = rows[first : last + 1] if rows is not None else None
+                result = handle(view, start + first, last - first, base, chunk_rows)
             except CorruptShardError as exc:
                 if exc.sample_index is not None or exc.offset is None:
                     raise
-                at = bisect_right(offsets, exc.offset, index, stop + 1) - 1  # the sample holding the byte
+                at = start + bisect_right(bounds, exc.offset) - 1  # the sample holding the byte
                 raise CorruptShardError(shard, exc.detail, sample_index=at, offset=exc.offset) from exc
             yield result
-            index = chunk_stop
+            first = last
 
-    def _sliceable(self, view: memoryview, start: int, stop: int, base: int) -> Rows | None:
-        """The chunk's index rows, checked, when every sample can be sliced by them; ``None`` to parse."""
-        index = self._index
-        if not isinstance(index, ShardIndex):
+    def _sliceable(self, view: memoryview, start: int, base: int, rows: Rows | None) -> Rows | None:
+        """The chunk's index ``rows``, checked, when every sample can be sliced by them; ``None`` to parse."""
+        if rows is None:
             return None
-        rows = index.rows(start, stop)
         if self._verified:
             check_spans(view, rows, start, base, self._shard)
         if not is_plain(rows):
             return None
         if self._check_framing:
-            self._check_chunk_framing(view, start, stop, base)
+            self._check_chunk_framing(view, start, start + len(rows) - 1, base)
         return rows
 
     def _check_chunk_framing(self, view: memoryview, start: int, stop: int, base: int) -> None:
         """Without sample checksums (a version-1 index), the format's own checks of a sliced chunk."""
         raise NotImplementedError
 
-    def _parse_chunk(self, view: memoryview, start: int, stop: int, base: int) -> list[tuple[str, Fields]]:
-        """Samples ``[start, stop)`` of ``view`` (the file from byte ``base``) by the format's parser."""
+    def _parse_chunk(self, view: memoryview, start: int, count: int, base: int) -> list[tuple[str, Fields]]:
+        """The ``count`` samples of ``view`` (the file from byte ``base``, sample ``start`` first) by the
+        format's parser."""
         raise NotImplementedError
 
     def close(self) -> None:

@@ -206,14 +206,14 @@ class TarReader(SpanReader):
     def _check_chunk_framing(self, view: memoryview, start: int, stop: int, base: int) -> None:
         _check_member_headers(view, self._index, start, stop, base, self._shard)  # type: ignore[arg-type]
 
-    def _parse_chunk(self, view: memoryview, start: int, stop: int, base: int) -> list[tuple[str, Fields]]:
+    def _parse_chunk(self, view: memoryview, start: int, count: int, base: int) -> list[tuple[str, Fields]]:
         """Parsed header by header (checking each header unless sample checksums were checked)."""
         shard = self._shard
         samples, _ = parse(
             view, shard, base, start, until_end_marker=False, check_headers=self._check_framing
         )
-        if len(samples) != stop - start:
-            detail = f"span holds {len(samples)} samples, the index says {stop - start}"
+        if len(samples) != count:
+            detail = f"span holds {len(samples)} samples, the index says {count}"
             raise CorruptShardError(shard, detail, sample_index=start, offset=base)
         return [(key, fields) for key, fields, _ in samples]
 

@@ -177,7 +177,7 @@ class TfrecordReader(SpanReader):
     def _check_chunk_framing(self, view: memoryview, start: int, stop: int, base: int) -> None:
         _check_framing(view, self._index, start, stop, base, self._shard)  # type: ignore[arg-type]
 
-    def _parse_chunk(self, view: memoryview, start: int, stop: int, base: int) -> list[tuple[str, Fields]]:
+    def _parse_chunk(self, view: memoryview, start: int, count: int, base: int) -> list[tuple[str, Fields]]:
         """Parsed record by record (checking framing and CRCs unless sample checksums were checked)."""
         shard = self._shard
         buf, stem = bytes(view), Path(shard).stem
@@ -187,8 +187,8 @@ class TfrecordReader(SpanReader):
                 _records(buf, shard, base, start, check=self._check_framing), start
             )
         ]
-        if len(out) != stop - start:
-            detail = f"span holds {len(out)} records, index says {stop - start}"
+        if len(out) != count:
+            detail = f"span holds {len(out)} records, index says {count}"
             raise CorruptShardError(shard, detail, sample_index=start, offset=base)
         return out
 
