@@ -216,6 +216,16 @@ class LmdbReader:
         self._check = check
 
     def read(self, start: int, stop: int) -> Iterator[tuple[str, Fields]]:
+        yield from self._read([(start, stop)])
+
+    def read_runs(self, runs: Sequence[tuple[int, int]], names: Sequence[str]) -> ColumnsOut:
+        """Every run through one read transaction: a window reads hundreds of runs of a few samples."""
+        keys: list[str] = []
+        fields: dict[str, list[bytes | None]] = {name: [] for name in names}
+        add_samples(keys, fields, self._read(runs))
+        return keys, fields
+
+    def _read(self, runs: Sequence[tuple[int, int]]) -> Iterator[tuple[str, Fields]]:
         shard = self._shard
         if os.getpid() != self._pid:
             raise UsageError(
@@ -224,34 +234,31 @@ class LmdbReader:
             )
         if not self._closer.alive:
             raise UsageError(f"the reader of {shard} is closed")
-        if not 0 <= start <= stop <= self.num_samples:
-            detail = f"samples [{start}, {stop}) requested, the shard holds '{self.num_samples}'"
-            raise CorruptShardError(shard, detail, sample_index=min(max(start, 0), self.num_samples))
-        if stop == start:
-            return
-        index = start
+        for start, stop in runs:
+            if not 0 <= start <= stop <= self.num_samples:
+                detail = f"samples [{start}, {stop}) requested, the shard holds '{self.num_samples}'"
+                raise CorruptShardError(shard, detail, sample_index=min(max(start, 0), self.num_samples))
+        index = runs[0][0] if runs else 0
         try:
             with self._env.begin(buffers=True) as txn:
                 cursor = txn.cursor()
-                if not cursor.set_key(_INDEX.pack(start)):
-                    raise CorruptShardError(shard, "no record under this index", sample_index=start)
-                values = cursor.iternext(keys=False, values=True)
-                for index in range(start, stop):
-                    value = next(values, None)
-                    if value is None or (index == stop - 1 and _small(cursor.key()) != _INDEX.pack(index)):
-                        raise CorruptShardError(
-                            shard, "records are missing or out of order", sample_index=index
-                        )
-                    yield self._decode(value, index)
+                for start, stop in runs:
+                    if stop == start:
+                        continue
+                    if not cursor.set_key(_INDEX.pack(start)):
+                        raise CorruptShardError(shard, "no record under this index", sample_index=start)
+                    values = cursor.iternext(keys=False, values=True)
+                    for index in range(start, stop):
+                        value = next(values, None)
+                        if value is None or (
+                            index == stop - 1 and _small(cursor.key()) != _INDEX.pack(index)
+                        ):
+                            raise CorruptShardError(
+                                shard, "records are missing or out of order", sample_index=index
+                            )
+                        yield self._decode(value, index)
         except lmdb.Error as exc:
             raise CorruptShardError(shard, f"LMDB: {exc}", sample_index=index) from exc
-
-    def read_runs(self, runs: Sequence[tuple[int, int]], names: Sequence[str]) -> ColumnsOut:
-        keys: list[str] = []
-        fields: dict[str, list[bytes | None]] = {name: [] for name in names}
-        for start, stop in runs:
-            add_samples(keys, fields, self.read(start, stop))
-        return keys, fields
 
     def _decode(self, value: memoryview, index: int) -> tuple[str, Fields]:
         if len(value) > self._file_size:  # a damaged length: never touch bytes past the file
