@@ -38,15 +38,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threshold", type=float, default=0.1, help="wait fraction above which: input-bound")
     p.add_argument("--cold", action="store_true", help="also run with the files evicted from the page cache")
     p.add_argument("--contenders", default=",".join(contenders.NAMES), help="comma-separated subset")
+    p.add_argument(
+        "--checks", action="store_true", help="add shardpipe-*-nocheck contenders: the price of the checks"
+    )
     p.add_argument("--out", type=Path, default=Path("bench-results"))
     p.add_argument(
         "--cache", type=Path, help="data cache, reused by fingerprint (default bench-results/cache)"
     )
     args = p.parse_args(argv)
     names = [n for n in args.contenders.split(",") if n]
-    unknown = sorted(set(names) - set(contenders.NAMES))
+    if args.checks:
+        names += [n for n in contenders.CHECK_OFF if n not in names]
+    unknown = sorted(set(names) - set(contenders.BUILDERS))
     if unknown:
-        p.error(f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(contenders.NAMES)}")
+        p.error(f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(contenders.BUILDERS)}")
     for flag in ("batch_size", "repeats", "steps"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")

@@ -32,6 +32,8 @@ NAMES = (
     "shardpipe-tfrecord",
     "in-memory",
 )
+CHECK_OFF = ("shardpipe-tar-nocheck", "shardpipe-lmdb-nocheck", "shardpipe-tfrecord-nocheck")
+"""Opt-in contenders (``--checks``): the same readers with per-sample checks off, to price the checks."""
 SHUFFLE_BUFFER = 1024  # samples, for every contender that has a buffer (shardpipe's default)
 SEED = 0
 
@@ -132,10 +134,10 @@ def _webdataset(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
     return loader
 
 
-def _shardpipe(format_name: str) -> Callable[[BenchData, LoaderSettings], Iterable[Any]]:
+def _shardpipe(format_name: str, check: bool = True) -> Callable[[BenchData, LoaderSettings], Iterable[Any]]:
     def build_one(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
         dataset = ShardedDataset(
-            data.packed(format_name), shuffle=True, seed=SEED, shuffle_buffer=SHUFFLE_BUFFER
+            data.packed(format_name), shuffle=True, seed=SEED, shuffle_buffer=SHUFFLE_BUFFER, check=check
         )
         kwargs = s.dataloader_kwargs()
         return make_loader(
@@ -162,6 +164,7 @@ BUILDERS: dict[str, Callable[[BenchData, LoaderSettings], Iterable[Any]]] = {
     "shardpipe-lmdb": _shardpipe("lmdb"),
     "shardpipe-tfrecord": _shardpipe("tfrecord"),
     "in-memory": _in_memory,
+    **{name: _shardpipe(name.split("-")[1], check=False) for name in CHECK_OFF},
 }
 
 
@@ -171,5 +174,5 @@ def files_read(name: str, data: BenchData) -> list[Path]:
         return data.files()
     if name == "lmdb-loop":
         return lmdb_loop.files(data.lmdb_loop)
-    format_name = {"shardpipe-lmdb": "lmdb", "shardpipe-tfrecord": "tfrecord"}.get(name, "tar")
+    format_name = name.split("-")[1] if name.startswith("shardpipe-") else "tar"
     return data.shard_files(format_name, with_index=True)

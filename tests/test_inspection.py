@@ -9,7 +9,8 @@ from shardpipe.manifest import Manifest, ShardEntry, write_manifest
 
 
 def _entry(i: int, samples: int, num_bytes: int) -> ShardEntry:
-    return ShardEntry(f"train/shard-{i:06d}.tar", samples, num_bytes, "0" * 64)
+    path = f"train/shard-{i:06d}.tar"
+    return ShardEntry(path, samples, num_bytes, "0" * 64, f"{path}.idx", "1" * 64)
 
 
 def test_summary_counts_and_spreads(tmp_path: Path) -> None:

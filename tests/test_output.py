@@ -34,8 +34,8 @@ def _entry(out: Path, name: str, data: bytes) -> ShardEntry:
 
 
 def _manifest(out: Path, job: dict[str, object]) -> Manifest:
-    entry = _entry(out, "shard-000000.tar", b"shard")
-    manifest = Manifest("tar", ("bin",), {"train": (entry,)}, {"method": "m"}, job=job)
+    entry = _entry(out, "shard-000000.lmdb", b"shard")  # LMDB: a manifest that needs no index files
+    manifest = Manifest("lmdb", ("bin",), {"train": (entry,)}, {"method": "m"}, job=job)
     write_manifest(out, manifest)
     return manifest
 
