@@ -1,0 +1,267 @@
+"""The Ray engine: a ``concurrent.futures.Executor`` whose ``submit(fn, *args)`` runs ``fn`` as a Ray task.
+
+The pack hands its executor module-level functions (scan one chunk, write one shard), so the local process
+pool and a Ray cluster run the same units and return the same values. Invariants:
+
+* at most ``max_workers`` tasks are in flight; the rest wait in this process, so a cancelled future that
+  has not started never reaches Ray (the pack cancels what is pending when a shard fails);
+* a task whose worker process or node dies is retried by Ray (``max_retries``); an exception the task
+  raises is not retried, and comes back as the original exception (Ray's ``RayTaskError`` is unwrapped to
+  its cause), so the CLI maps shardpipe's errors to exit codes as with the local pool;
+* with ``visible_paths``, every task first checks that those paths exist on its node and otherwise fails
+  at once with a :class:`~shardpipe.errors.DataError` naming the node and the path: a local path seen from a
+  remote node is the usual mistake on a multi-node cluster, and writing there would scatter the shards.
+
+Ray is imported only when an engine is made, so ``import shardpipe`` never needs the ``ray`` extra.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import CancelledError, Executor, Future
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
+
+from shardpipe.errors import DataError, UsageError
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+MAX_RETRIES = 3
+"""Ray's retries of a task whose worker process or node died; exceptions raised by the task are final."""
+LOCAL_OBJECT_STORE_BYTES = 256 << 20
+"""Object store of a Ray started here: tasks exchange sample tables and manifest entries, not payloads."""
+_POLL_S = 0.05
+"""How long the dispatcher waits on Ray before looking at new submissions again."""
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class TaskLostError(DataError):
+    """A task could not finish because Ray lost it (its worker or node kept dying, or its result was lost).
+
+    A data error for the CLI (exit 1): the finished shards are journaled, so ``--resume`` continues.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class _Work:
+    future: Future[Any]
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+class RayExecutor(Executor):
+    """Runs submitted module-level functions as Ray tasks, at most ``max_workers`` at a time.
+
+    ``address`` (else ``RAY_ADDRESS``) joins an existing cluster; with neither, a small local Ray is
+    started (dashboard off, usage stats off unless the user set ``RAY_USAGE_STATS_ENABLED``) and stopped by
+    :meth:`shutdown`. An already connected Ray (``ray.init`` called by the user) is used as it is and left
+    connected. ``max_workers`` defaults to the cluster's CPU count.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        max_workers: int | None = None,
+        *,
+        visible_paths: Iterable[os.PathLike[str] | str] = (),
+    ) -> None:
+        if max_workers is not None and max_workers < 1:
+            raise UsageError(f"max_workers must be at least 1, got {max_workers}")
+        try:
+            import ray
+        except ImportError as exc:
+            raise UsageError("the Ray engine needs the ray extra: pip install 'shardpipe[ray]'") from exc
+        self._ray: Any = ray  # partly annotated: used as Any
+        self._owns_connection = not ray.is_initialized()
+        address = address or os.environ.get("RAY_ADDRESS") or None
+        if self._owns_connection:
+            _connect(ray, address, max_workers)
+        self.max_workers = max_workers or max(1, int(self._ray.cluster_resources().get("CPU", 1)))
+        self._visible = tuple(os.fspath(p) for p in visible_paths)
+        self._remotes: dict[Callable[..., Any], Any] = {}
+        self._queue: deque[_Work] = deque()
+        self._in_flight: dict[Any, Future[Any]] = {}  # ObjectRef -> the caller's future
+        self._lock = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._dispatch, name="shardpipe-ray-dispatch", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot submit to a RayExecutor after shutdown")
+            self._queue.append(_Work(future, fn, args, kwargs))
+            self._lock.notify_all()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop accepting work; then wait for it (or cancel it) and disconnect, stopping a Ray started here.
+
+        ``wait=False`` cancels the tasks already running on Ray: nothing outlives a disconnect anyway.
+        """
+        with self._lock:
+            if self._closed and not self._thread.is_alive():
+                return
+            self._closed = True
+            if cancel_futures or not wait:
+                while self._queue:
+                    self._queue.popleft().future.cancel()
+            if not wait:
+                for ref in self._in_flight:
+                    self._ray.cancel(ref, force=True)
+            self._lock.notify_all()
+        self._thread.join()
+        if self._owns_connection:
+            self._ray.shutdown()
+
+    def _dispatch(self) -> None:
+        """Launch queued work while slots are free, and hand finished results to the callers' futures."""
+        try:
+            self._dispatch_until_closed()
+        except BaseException as exc:  # Ray itself failed (its processes died): no future may hang
+            with self._lock:
+                self._closed = True
+                waiting = [w.future for w in self._queue if w.future.set_running_or_notify_cancel()]
+                waiting += self._in_flight.values()
+                self._queue.clear()
+                self._in_flight.clear()
+            for future in waiting:
+                future.set_exception(TaskLostError(f"the Ray engine failed: {exc}"))
+
+    def _dispatch_until_closed(self) -> None:
+        while True:
+            launch: list[_Work] = []
+            with self._lock:
+                while not self._queue and not self._in_flight and not self._closed:
+                    self._lock.wait()
+                if self._closed and not self._queue and not self._in_flight:
+                    return
+                while self._queue and len(self._in_flight) + len(launch) < self.max_workers:
+                    work = self._queue.popleft()
+                    if work.future.set_running_or_notify_cancel():
+                        launch.append(work)
+            for work in launch:
+                try:
+                    ref = self._remote(work.fn).remote(self._visible_here(), work.fn, work.args, work.kwargs)
+                except BaseException as exc:  # an argument that does not serialize, a lost connection
+                    work.future.set_exception(exc)
+                    continue
+                with self._lock:
+                    self._in_flight[ref] = work.future
+            with self._lock:
+                refs = list(self._in_flight)
+            if refs:
+                ready, rest = self._ray.wait(refs, num_returns=1, timeout=_POLL_S, fetch_local=False)
+                if ready and rest:
+                    more, _ = self._ray.wait(rest, num_returns=len(rest), timeout=0, fetch_local=False)
+                    ready += more
+                for ref in ready:
+                    self._settle(ref)
+
+    def _settle(self, ref: Any) -> None:
+        with self._lock:
+            future = self._in_flight.pop(ref)
+        try:
+            future.set_result(self._ray.get(ref))
+        except BaseException as exc:
+            future.set_exception(_unwrap(self._ray, exc))
+
+    def _remote(self, fn: Callable[..., Any]) -> Any:
+        """One Ray remote function per submitted function, named after it (as Ray's tools show tasks)."""
+        remote = self._remotes.get(fn)
+        if remote is None:
+            name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+            remote = self._ray.remote(_run_checked).options(
+                name=name, max_retries=MAX_RETRIES, retry_exceptions=False, num_cpus=1
+            )
+            self._remotes[fn] = remote
+        return remote
+
+    def _visible_here(self) -> tuple[str, ...]:
+        """Each visible path, or its nearest ancestor that exists here: what a task's node must see too
+        (OUT is created by the driver after the scan, so scan tasks check the folder it will be made in)."""
+        found = []
+        for path in self._visible:
+            while not os.path.exists(path) and os.path.dirname(path) != path:
+                path = os.path.dirname(path)
+            found.append(path)
+        return tuple(found)
+
+
+def _connect(ray: Any, address: str | None, max_workers: int | None) -> None:
+    if address is not None:
+        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(
+        address="local",  # never the last cluster `ray start` left behind: that one is --ray-address's job
+        num_cpus=max_workers or os.cpu_count() or 1,
+        object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+        include_dashboard=False,
+        logging_level=logging.ERROR,
+        log_to_driver=False,
+    )
+
+
+def _run_checked(
+    visible: tuple[str, ...], fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> T:
+    """The body of every task: check the paths this node must see, then run ``fn``."""
+    check_visible(visible)
+    return fn(*args, **kwargs)
+
+
+def check_visible(paths: Iterable[str]) -> None:
+    """Raise :class:`DataError` naming this node and the first of ``paths`` that does not exist here."""
+    for path in paths:
+        if not os.path.exists(path):
+            raise DataError(
+                f"{path} does not exist on {node_name()}: every node of the cluster must see SRC and OUT at "
+                "the same path (a shared mount), or they must be object-store URLs"
+            )
+
+
+def node_name() -> str:
+    """This node as an operator finds it: IP address, host name and, inside Ray, the Ray node id."""
+    try:
+        import ray
+
+        context: Any = ray.get_runtime_context()
+        util: Any = ray.util
+        return (
+            f"node {util.get_node_ip_address()} (host {socket.gethostname()}, "
+            f"Ray node {context.get_node_id()[:12]})"
+        )
+    except Exception:  # outside a Ray worker
+        return f"host {socket.gethostname()}"
+
+
+def _unwrap(ray: Any, exc: BaseException) -> BaseException:
+    """The exception the task raised, with where it ran as a note; Ray's own failures as TaskLostError."""
+    exceptions = ray.exceptions
+    text = _ANSI.sub("", str(exc)).strip()
+    if isinstance(exc, exceptions.RayTaskError):
+        cause: object = getattr(exc, "cause", None)
+        if isinstance(cause, BaseException):
+            cause.add_note(f"raised in a Ray task: {text.partition(chr(10))[0]}")
+            return cause
+        return RuntimeError(text)  # a cause that did not pickle back: its text is all there is
+    if isinstance(exc, exceptions.TaskCancelledError):
+        return CancelledError(str(exc))
+    if isinstance(exc, exceptions.RayError):
+        lost = TaskLostError(
+            f"a Ray task was lost after {MAX_RETRIES} retries: {text}; "
+            "finished shards are kept: rerun with --resume"
+        )
+        lost.__cause__ = exc
+        return lost
+    return exc
