@@ -7,13 +7,15 @@ stops every Ray of the user on the machine, other people's test runs included), 
 runs as the leader of a new session, and teardown kills exactly the processes of those sessions
 (``ray stop --force``'s SIGKILL), then fails if any of them is still alive.
 
-:func:`token_auth` sets Ray's token authentication for this process and the nodes it starts, with a token
-in a temporary file: Ray caches the token per process, so every cluster and local Ray the test process
-talks to must share it, and none of them reads or writes ``~/.ray``.
+:func:`token_auth` sets Ray's token authentication for this process and the nodes it starts, with one
+token per test process in a temporary file: Ray's driver side caches the first token it reads, so every
+cluster and local Ray the test process talks to shares it, and none of them reads or writes ``~/.ray``.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import secrets
 import shutil
@@ -60,14 +62,22 @@ def free_port() -> int:
         return port
 
 
+@functools.cache
+def _token_file() -> Path:
+    """One token per test process (Ray's driver side caches the first token it reads), removed at exit."""
+    folder = tempfile.mkdtemp(prefix="sp-ray-auth-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    token = Path(folder) / "token"
+    token.write_text(secrets.token_hex(32))
+    return token
+
+
 @contextmanager
 def token_auth() -> Iterator[None]:
-    """Token authentication with a fresh token file, set in this process's environment meanwhile."""
-    with tempfile.TemporaryDirectory(prefix="sp-ray-auth-") as folder, pytest.MonkeyPatch.context() as env:
-        token = Path(folder) / "token"
-        token.write_text(secrets.token_hex(32))
+    """Token authentication with this process's token file, set in its environment meanwhile."""
+    with pytest.MonkeyPatch.context() as env:
         env.setenv("RAY_AUTH_MODE", "token")
-        env.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+        env.setenv("RAY_AUTH_TOKEN_PATH", str(_token_file()))
         env.setenv("RAY_USAGE_STATS_ENABLED", "0")
         env.delenv("RAY_ADDRESS", raising=False)
         yield
@@ -81,7 +91,7 @@ def two_node_cluster() -> Iterator[Cluster]:
         port = free_port()
         head = [
             "--head", f"--port={port}", "--include-dashboard=false", f"--dashboard-port={free_port()}",
-            f"--ray-client-server-port={free_port()}", "--disable-usage-stats",
+            "--disable-usage-stats",
         ]  # fmt: skip
         nodes.append(start_node(head))
         nodes.append(start_node([f"--address=127.0.0.1:{port}"]))
@@ -109,8 +119,8 @@ def start_node(args: list[str]) -> RayNode:
     deadline = time.monotonic() + START_TIMEOUT_S
     while READY not in log.read_text(errors="replace"):
         if process.poll() is not None or time.monotonic() > deadline:
-            stop_nodes([node])
             tail = log.read_text(errors="replace")[-3000:]
+            stop_nodes([node])
             what = f"ray start {' '.join(args)}"
             raise RuntimeError(f"{what} did not come up (exit {process.returncode}):\n{tail}")
         time.sleep(0.2)
