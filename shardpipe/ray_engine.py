@@ -24,8 +24,10 @@ import socket
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import CancelledError, Executor, Future
+from concurrent import futures
+from concurrent.futures import CancelledError, Executor, Future, InvalidStateError
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ParamSpec, TypeVar
 
 from shardpipe.errors import DataError, UsageError
@@ -37,8 +39,6 @@ MAX_RETRIES = 3
 """Ray's retries of a task whose worker process or node died; exceptions raised by the task are final."""
 LOCAL_OBJECT_STORE_BYTES = 256 << 20
 """Object store of a Ray started here: tasks exchange sample tables and manifest entries, not payloads."""
-_POLL_S = 0.05
-"""How long the dispatcher waits on Ray before looking at new submissions again."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -88,7 +88,7 @@ class RayExecutor(Executor):
         self._visible = tuple(os.fspath(p) for p in visible_paths)
         self._remotes: dict[Callable[..., Any], Any] = {}
         self._queue: deque[_Work] = deque()
-        self._in_flight: dict[Any, Future[Any]] = {}  # ObjectRef -> the caller's future
+        self._in_flight: dict[Future[Any], Any] = {}  # the caller's future -> its ObjectRef (None: starting)
         self._lock = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._dispatch, name="shardpipe-ray-dispatch", daemon=True)
@@ -106,7 +106,7 @@ class RayExecutor(Executor):
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop accepting work; then wait for it (or cancel it) and disconnect, stopping a Ray started here.
 
-        ``wait=False`` cancels the tasks already running on Ray: nothing outlives a disconnect anyway.
+        ``wait=False`` also cancels the tasks running on Ray: nothing would collect them after a disconnect.
         """
         with self._lock:
             if self._closed and not self._thread.is_alive():
@@ -115,65 +115,57 @@ class RayExecutor(Executor):
             if cancel_futures or not wait:
                 while self._queue:
                     self._queue.popleft().future.cancel()
-            if not wait:
-                for ref in self._in_flight:
-                    self._ray.cancel(ref, force=True)
             self._lock.notify_all()
         self._thread.join()
+        with self._lock:
+            running = dict(self._in_flight)
+        if wait:
+            futures.wait(running)
+        else:
+            for future, ref in running.items():
+                if ref is not None:
+                    self._ray.cancel(ref, force=True)
+                _settle(future, exception=CancelledError("the Ray engine was shut down"))
         if self._owns_connection:
             self._ray.shutdown()
 
     def _dispatch(self) -> None:
-        """Launch queued work while slots are free, and hand finished results to the callers' futures."""
-        try:
-            self._dispatch_until_closed()
-        except BaseException as exc:  # Ray itself failed (its processes died): no future may hang
-            with self._lock:
-                self._closed = True
-                waiting = [w.future for w in self._queue if w.future.set_running_or_notify_cancel()]
-                waiting += self._in_flight.values()
-                self._queue.clear()
-                self._in_flight.clear()
-            for future in waiting:
-                future.set_exception(TaskLostError(f"the Ray engine failed: {exc}"))
-
-    def _dispatch_until_closed(self) -> None:
+        """Launch queued work whenever a slot is free; until closed and the queue is empty."""
         while True:
-            launch: list[_Work] = []
             with self._lock:
-                while not self._queue and not self._in_flight and not self._closed:
+                while not (self._queue and len(self._in_flight) < self.max_workers) and not (
+                    self._closed and not self._queue
+                ):
                     self._lock.wait()
-                if self._closed and not self._queue and not self._in_flight:
+                if self._closed and not self._queue:
                     return
-                while self._queue and len(self._in_flight) + len(launch) < self.max_workers:
-                    work = self._queue.popleft()
-                    if work.future.set_running_or_notify_cancel():
-                        launch.append(work)
-            for work in launch:
-                try:
-                    ref = self._remote(work.fn).remote(self._visible_here(), work.fn, work.args, work.kwargs)
-                except BaseException as exc:  # an argument that does not serialize, a lost connection
-                    work.future.set_exception(exc)
+                work = self._queue.popleft()
+                if not work.future.set_running_or_notify_cancel():
                     continue
-                with self._lock:
-                    self._in_flight[ref] = work.future
+                self._in_flight[work.future] = None  # the slot is taken before the task exists
+            try:
+                ref = self._remote(work.fn).remote(self._visible_here(), work.fn, work.args, work.kwargs)
+            except BaseException as exc:  # an argument that does not serialize, a lost connection
+                self._finished(work.future, None, exc)
+                continue
             with self._lock:
-                refs = list(self._in_flight)
-            if refs:
-                ready, rest = self._ray.wait(refs, num_returns=1, timeout=_POLL_S, fetch_local=False)
-                if ready and rest:
-                    more, _ = self._ray.wait(rest, num_returns=len(rest), timeout=0, fetch_local=False)
-                    ready += more
-                for ref in ready:
-                    self._settle(ref)
+                if work.future in self._in_flight:
+                    self._in_flight[work.future] = ref
+            ref.future().add_done_callback(partial(self._on_ray_done, work.future))
 
-    def _settle(self, ref: Any) -> None:
+    def _on_ray_done(self, future: Future[Any], ray_future: Future[Any]) -> None:
+        """Runs on Ray's callback thread: Python bookkeeping only, no Ray calls."""
+        exc = ray_future.exception()
+        self._finished(future, None if exc is not None else ray_future.result(), exc)
+
+    def _finished(self, future: Future[Any], result: Any, exc: BaseException | None) -> None:
+        if exc is None:
+            _settle(future, result=result)
+        else:
+            _settle(future, exception=_unwrap(self._ray, exc))
         with self._lock:
-            future = self._in_flight.pop(ref)
-        try:
-            future.set_result(self._ray.get(ref))
-        except BaseException as exc:
-            future.set_exception(_unwrap(self._ray, exc))
+            self._in_flight.pop(future, None)
+            self._lock.notify_all()
 
     def _remote(self, fn: Callable[..., Any]) -> Any:
         """One Ray remote function per submitted function, named after it (as Ray's tools show tasks)."""
@@ -195,6 +187,17 @@ class RayExecutor(Executor):
                 path = os.path.dirname(path)
             found.append(path)
         return tuple(found)
+
+
+def _settle(future: Future[Any], *, result: Any = None, exception: BaseException | None = None) -> None:
+    """Complete ``future`` unless a shutdown already did (the task's own result may race with it)."""
+    try:
+        if exception is None:
+            future.set_result(result)
+        else:
+            future.set_exception(exception)
+    except InvalidStateError:
+        pass
 
 
 def _connect(ray: Any, address: str | None, max_workers: int | None) -> None:
