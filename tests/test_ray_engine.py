@@ -10,14 +10,14 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from concurrent.futures import wait
+from concurrent.futures import CancelledError, wait
 from pathlib import Path
 
 import psutil
 import pytest
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.ray_engine import RayExecutor, check_visible
+from shardpipe.ray_engine import MAX_RETRIES, RayExecutor, TaskLostError, check_visible
 from tests.ray_cluster import local_ray_processes, token_auth
 
 pytestmark = pytest.mark.timeout(180)
@@ -76,6 +76,19 @@ def block_first_attempt(folder: str, value: int) -> int:
     os.close(fd)
     time.sleep(WAIT_S * 3)  # the test kills this process long before
     return -1
+
+
+def block_every_attempt(folder: str) -> None:
+    """Record this attempt's pid and block until killed, on every attempt."""
+    (Path(folder) / f"attempt-{os.getpid()}").touch()
+    time.sleep(WAIT_S * 3)
+
+
+def is_running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +159,44 @@ def test_killed_worker_is_retried(executor: RayExecutor, tmp_path: Path) -> None
     os.kill(pid, signal.SIGKILL)
     assert future.result(timeout=WAIT_S * 2) == 42
     assert int((tmp_path / "retry.pid").read_text()) != pid
+
+
+def test_task_lost_after_its_retries_is_a_data_error(executor: RayExecutor, tmp_path: Path) -> None:
+    future = executor.submit(block_every_attempt, str(tmp_path))
+    killed: set[int] = set()
+    deadline = time.monotonic() + WAIT_S * 2
+    while not future.done():
+        assert time.monotonic() < deadline, f"still running after {len(killed)} kills"
+        for marker in tmp_path.glob("attempt-*"):
+            pid = int(marker.name.split("-")[1])
+            if pid not in killed:
+                killed.add(pid)
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    with pytest.raises(TaskLostError, match="rerun with --resume"):
+        future.result()
+    assert len(killed) == MAX_RETRIES + 1
+    assert isinstance(future.exception(), DataError)  # the CLI's exit code 1
+
+
+def test_shutdown_without_wait_cancels_running_tasks(executor: RayExecutor, tmp_path: Path) -> None:
+    inner = RayExecutor(max_workers=1)
+    running = inner.submit(block_first_attempt, str(tmp_path), 1)
+    queued = inner.submit(double, 1)
+    first = tmp_path / "first.pid"
+    deadline = time.monotonic() + WAIT_S
+    while not (first.exists() and first.read_text()):
+        assert time.monotonic() < deadline, "the task never started"
+        time.sleep(0.05)
+    inner.shutdown(wait=False)
+    assert queued.cancelled()
+    with pytest.raises(CancelledError):
+        running.result(timeout=WAIT_S)
+    pid = int(first.read_text())
+    deadline = time.monotonic() + WAIT_S
+    while is_running(pid):
+        assert time.monotonic() < deadline, "the task runs on after the shutdown"
+        time.sleep(0.05)
 
 
 def test_cancelled_before_start_never_runs(executor: RayExecutor, tmp_path: Path) -> None:
