@@ -86,7 +86,8 @@ def block_every_attempt(folder: str) -> None:
 
 def is_running(pid: int) -> bool:
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        status: str = psutil.Process(pid).status()
+        return status != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 
