@@ -87,7 +87,7 @@ def block_every_attempt(folder: str) -> None:
 def is_running(pid: int) -> bool:
     try:
         status: str = psutil.Process(pid).status()
-        return status != psutil.STATUS_ZOMBIE
+        return bool(status != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
 
