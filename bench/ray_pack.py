@@ -92,7 +92,7 @@ def executors(workers: int) -> Iterator[tuple[dict[str, Executor], dict[str, Any
     started["local pool start_s"] = time.perf_counter() - start
     memory_before = descendants_memory()
     start = time.perf_counter()
-    ray_engine = RayExecutor(max_workers=workers)
+    ray_engine = RayExecutor(max_workers=workers, initializer=_init_worker)  # as the pool
     started["ray.init start_s"] = time.perf_counter() - start
     time.sleep(1.0)  # let Ray's daemons settle before reading their memory
     started["ray memory after init"] = _minus(descendants_memory(), memory_before)

@@ -63,7 +63,8 @@ class RayExecutor(Executor):
     ``address`` (else ``RAY_ADDRESS``) joins an existing cluster; with neither, a small local Ray is
     started (dashboard off, usage stats off unless the user set ``RAY_USAGE_STATS_ENABLED``) and stopped by
     :meth:`shutdown`. An already connected Ray (``ray.init`` called by the user) is used as it is and left
-    connected. ``max_workers`` defaults to the cluster's CPU count.
+    connected. ``max_workers`` defaults to the cluster's CPU count. ``initializer`` runs once in each Ray
+    worker process before its first task, as ``ProcessPoolExecutor``'s does in each of its processes.
     """
 
     def __init__(
@@ -72,6 +73,7 @@ class RayExecutor(Executor):
         max_workers: int | None = None,
         *,
         visible_paths: Iterable[os.PathLike[str] | str] = (),
+        initializer: Callable[[], object] | None = None,
     ) -> None:
         if max_workers is not None and max_workers < 1:
             raise UsageError(f"max_workers must be at least 1, got {max_workers}")
@@ -86,6 +88,7 @@ class RayExecutor(Executor):
             _connect(ray, address, max_workers)
         self.max_workers = max_workers or max(1, int(self._ray.cluster_resources().get("CPU", 1)))
         self._visible = tuple(os.fspath(p) for p in visible_paths)
+        self._initializer = initializer
         self._remotes: dict[Callable[..., Any], Any] = {}
         self._queue: deque[_Work] = deque()
         self._in_flight: dict[Future[Any], Any] = {}  # the caller's future -> its ObjectRef (None: starting)
@@ -144,7 +147,9 @@ class RayExecutor(Executor):
                     continue
                 self._in_flight[work.future] = None  # the slot is taken before the task exists
             try:
-                ref = self._remote(work.fn).remote(self._visible_here(), work.fn, work.args, work.kwargs)
+                ref = self._remote(work.fn).remote(
+                    self._visible_here(), self._initializer, work.fn, work.args, work.kwargs
+                )
             except BaseException as exc:  # an argument that does not serialize, a lost connection
                 self._finished(work.future, None, exc)
                 continue
@@ -215,11 +220,22 @@ def _connect(ray: Any, address: str | None, max_workers: int | None) -> None:
     )
 
 
+_initialized: set[Callable[[], object]] = set()
+"""The initializers this worker process has run (Ray reuses a worker for many tasks)."""
+
+
 def _run_checked(
-    visible: tuple[str, ...], fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]
+    visible: tuple[str, ...],
+    initializer: Callable[[], object] | None,
+    fn: Callable[..., T],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> T:
-    """The body of every task: check the paths this node must see, then run ``fn``."""
+    """The body of every task: check the paths this node must see, prepare the process once, run ``fn``."""
     check_visible(visible)
+    if initializer is not None and initializer not in _initialized:
+        initializer()
+        _initialized.add(initializer)
     return fn(*args, **kwargs)
 
 

@@ -84,6 +84,18 @@ def block_every_attempt(folder: str) -> None:
     time.sleep(WAIT_S * 3)
 
 
+_init_runs = 0
+
+
+def count_init() -> None:
+    global _init_runs
+    _init_runs += 1
+
+
+def init_runs(_: int) -> tuple[int, int]:
+    return os.getpid(), _init_runs
+
+
 def is_running(pid: int) -> bool:
     try:
         status: str = psutil.Process(pid).status()
@@ -227,6 +239,16 @@ def test_missing_path_names_node_and_path(executor: RayExecutor, tmp_path: Path)
         assert engine_checked.submit(double, 4).result(timeout=WAIT_S) == 8
     finally:
         engine_checked.shutdown()
+
+
+def test_initializer_runs_once_per_worker_process(executor: RayExecutor) -> None:
+    inner = RayExecutor(max_workers=2, initializer=count_init)
+    try:
+        seen = dict(inner.map(init_runs, range(12), timeout=WAIT_S))
+    finally:
+        inner.shutdown()
+    assert set(seen.values()) == {1}, seen  # before each process's first task, never again
+    assert _init_runs == 0  # it ran in the workers, not here
 
 
 def test_shutdown_refuses_new_work_and_bounds_are_checked(executor: RayExecutor) -> None:
