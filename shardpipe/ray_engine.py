@@ -39,6 +39,8 @@ MAX_RETRIES = 3
 """Ray's retries of a task whose worker process or node died; exceptions raised by the task are final."""
 LOCAL_OBJECT_STORE_BYTES = 256 << 20
 """Object store of a Ray started here: tasks exchange sample tables and manifest entries, not payloads."""
+CONNECT_TIMEOUT_S = 10.0
+"""How long a cluster's address may take to accept a connection before the engine gives up."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -84,6 +86,8 @@ class RayExecutor(Executor):
         self._ray: Any = ray  # partly annotated: used as Any
         self._owns_connection = not ray.is_initialized()
         address = address or os.environ.get("RAY_ADDRESS") or None
+        if address is not None:
+            _check_reachable(address)
         if self._owns_connection:
             _connect(ray, address, max_workers)
         self.max_workers = max_workers or max(1, int(self._ray.cluster_resources().get("CPU", 1)))
@@ -203,6 +207,23 @@ def _settle(future: Future[Any], *, result: Any = None, exception: BaseException
             future.set_exception(exception)
     except InvalidStateError:
         pass
+
+
+def _check_reachable(address: str) -> None:
+    """Fail at once when nothing listens at ``address``: ``ray.init`` would retry for minutes, warning."""
+    if "://" in address or address in ("auto", "local"):
+        return  # Ray's own forms, resolved by Ray
+    host, colon, port = address.rpartition(":")
+    if not colon or not host or not port.isdigit():
+        raise UsageError(f"Ray address {address!r} is not HOST:PORT (e.g. 10.0.0.5:6379)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"cannot reach a Ray cluster at {address}: {exc.strerror or exc}. Start one with "
+            "`ray start --head`, or give the address its head node printed"
+        ) from exc
 
 
 def _connect(ray: Any, address: str | None, max_workers: int | None) -> None:

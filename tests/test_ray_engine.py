@@ -18,7 +18,7 @@ import pytest
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.ray_engine import MAX_RETRIES, RayExecutor, TaskLostError, check_visible
-from tests.ray_cluster import local_ray_processes, token_auth
+from tests.ray_cluster import free_port, local_ray_processes, token_auth
 
 pytestmark = pytest.mark.timeout(180)
 WAIT_S = 60.0
@@ -259,3 +259,11 @@ def test_shutdown_refuses_new_work_and_bounds_are_checked(executor: RayExecutor)
     assert executor.submit(double, 2).result(timeout=WAIT_S) == 4  # not its Ray: still connected
     with pytest.raises(UsageError, match="max_workers must be at least 1, got 0"):
         RayExecutor(max_workers=0)
+
+
+def test_an_address_nothing_listens_at_fails_at_once() -> None:
+    port = free_port()  # nothing listens on it
+    with pytest.raises(UsageError, match=f"cannot reach a Ray cluster at 127.0.0.1:{port}"):
+        RayExecutor(address=f"127.0.0.1:{port}")
+    with pytest.raises(UsageError, match="is not HOST:PORT"):
+        RayExecutor(address="headnode")
