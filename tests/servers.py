@@ -49,6 +49,7 @@ class Control:
         self.counts: Counter[tuple[str, str]] = Counter()
         self.total = 0
         self.injected = 0
+        self.bytes_sent = 0
         self.overflowed = False
         self.forbidden: tuple[str, ...] = ("forbidden/",)
         self._lock = threading.Lock()
@@ -65,6 +66,7 @@ class Control:
             self.counts.clear()
             self.total = 0
             self.injected = 0
+            self.bytes_sent = 0
 
     def count(self, method: str, path_suffix: str) -> int:
         """Requests so far of ``method`` whose path ends with ``path_suffix``."""
@@ -85,16 +87,22 @@ class Control:
             self.injected += kind is not None
         return kind, faults
 
+    def sent(self, num_bytes: int) -> None:
+        with self._lock:
+            self.bytes_sent += num_bytes
+
     def is_forbidden(self, path: str) -> bool:
         return any(f"/{prefix}" in path for prefix in self.forbidden)
 
 
-def _throttled(chunks: Iterable[bytes], bandwidth: float | None) -> Iterator[bytes]:
+def _throttled(chunks: Iterable[bytes], bandwidth: float | None, control: Control) -> Iterator[bytes]:
+    """The response body, counted, in pieces paced to ``bandwidth`` bytes per second."""
     for chunk in chunks:
         for start in range(0, len(chunk), 64 * 1024):
             piece = chunk[start : start + 64 * 1024]
             if bandwidth:
                 time.sleep(len(piece) / bandwidth)
+            control.sent(len(piece))
             yield piece
 
 
@@ -144,25 +152,25 @@ class FaultMiddleware:
         result = self.app(environ, start_response)  # reads the request body before any delay
         if kind == "slow":
             time.sleep(faults.slow_s)
-        return _throttled(result, faults.bandwidth)
+        return _throttled(result, faults.bandwidth, self.control)
 
 
 class S3Server:
     """moto's S3 on 127.0.0.1 behind :class:`FaultMiddleware`; ``storage_options`` point s3fs at it."""
 
     def __init__(self, max_requests: int = 200_000) -> None:
-        from moto.server import (
+        from moto.moto_server.werkzeug_app import (
             DomainDispatcherApplication,
             MotoRequestHandler,
-            ThreadedMotoServer,
             create_backend_app,
         )
+        from moto.server import ThreadedMotoServer
         from werkzeug.serving import make_server
 
         self.control = Control(max_requests)
         control = self.control
 
-        class _Server(ThreadedMotoServer):  # type: ignore[misc]
+        class _Server(ThreadedMotoServer):
             def _server_entry(self) -> None:  # moto's own entry, with the middleware around its app
                 app = FaultMiddleware(DomainDispatcherApplication(create_backend_app), control)
                 self._server = make_server(
@@ -287,7 +295,7 @@ class _RangeHandler(SimpleHTTPRequestHandler):
         if body:
             with target.open("rb") as f:
                 f.seek(start)
-                for piece in _throttled([f.read(stop - start)], bandwidth):
+                for piece in _throttled([f.read(stop - start)], bandwidth, self.server.control):
                     self.wfile.write(piece)
 
 
@@ -305,7 +313,8 @@ class HTTPServer:
         handler = type("Handler", (_RangeHandler,), {})
 
         def make(*args: Any) -> _RangeHandler:
-            return handler(*args, directory=str(directory))
+            made: _RangeHandler = handler(*args, directory=str(directory))
+            return made
 
         self._server = _HTTPServer(("127.0.0.1", 0), make)
         self._server.control = self.control

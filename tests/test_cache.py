@@ -19,7 +19,7 @@ import pytest
 from shardpipe.cache import ShardCache, ShardRef, default_cache_dir, parse_size
 from shardpipe.cachedir import flocked
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.storage import open_store
+from shardpipe.storage import RetryPolicy, open_store
 from tests.servers import Faults, S3Server
 
 CHILD_TIMEOUT_S = 60
@@ -299,3 +299,21 @@ def test_parse_size_and_cache_folder_rules(monkeypatch: pytest.MonkeyPatch, tmp_
     assert default_cache_dir() == tmp_path / "xdg/shardpipe"
     with pytest.raises(UsageError, match="prefetch must be >= 0 shards, got -1"):
         ShardCache("s3://b/x", prefetch=-1)
+
+
+@pytest.mark.timeout(120)
+def test_reads_through_the_cache_survive_a_tenth_of_requests_failing(
+    s3: S3Server, s3_root: str, tmp_path: Path
+) -> None:
+    shards = upload_shards(s3, s3_root, [20_000] * 6)
+    s3.control.reset_counts()
+    s3.control.set_faults(Faults(rate=0.1, seed=15, slow_s=0.8))  # seed 15: faults in the first 4
+    retry = RetryPolicy(
+        max_attempts=8, backoff_s=0.01, max_backoff_s=0.05, read_timeout_s=0.4, operation_timeout_s=4
+    )
+    with make_cache(s3, s3_root, tmp_path, prefetch=2, retry=retry) as cache:
+        cache.plan([ref for ref, _ in shards])
+        for ref, data in shards:
+            with cache.local(ref.path, ref.sha256, ref.num_bytes) as path:
+                assert path.read_bytes() == data
+    assert s3.control.injected >= 2, "too few faults were injected for the test to mean anything"

@@ -9,6 +9,7 @@ import queue
 from pathlib import Path
 from typing import Any
 
+import gcsfs
 import pytest
 
 from shardpipe.errors import CorruptShardError, UsageError
@@ -287,3 +288,14 @@ def test_retry_policy_validates() -> None:
         RetryPolicy(max_attempts=0)
     with pytest.raises(UsageError, match="read_timeout_s must be > 0"):
         RetryPolicy(read_timeout_s=0)
+
+
+def test_gcs_and_https_urls_make_fsspec_stores_without_touching_the_network() -> None:
+    store = open_store("gs://bucket/datasets/imgs", storage_options={"token": "anon"})
+    assert isinstance(store, FsspecStore)
+    assert isinstance(store.fs, gcsfs.GCSFileSystem)
+    assert store.url("train/shard-0.tar") == "gs://bucket/datasets/imgs/train/shard-0.tar"
+    signed = open_store(f"https://host/x/shard.tar?X-Amz-Signature={SECRET}")
+    with pytest.raises(UsageError, match="signed URL") as refused:
+        signed.url("other.tar")
+    assert SECRET not in str(refused.value)

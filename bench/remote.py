@@ -1,0 +1,117 @@
+"""A loopback S3 server with per-request latency and a bandwidth cap, for ``make bench-io ARGS="--remote"``.
+
+``loopback_s3()`` starts moto's S3 on 127.0.0.1 (the same server the tests use, ``tests.servers``), makes a
+bucket and yields where it is; ``upload_dataset`` copies a packed dataset folder into it. The server counts
+requests and response bytes, so a benchmark can report the bytes fetched per epoch (with a cache that fits,
+each shard once per node). ``python -m bench.remote --quick`` reads a synthetic dataset through
+``ShardCache`` cold and then warm, as a smoke run of the whole path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shardpipe.cache import ShardCache, ShardRef
+from shardpipe.storage import open_store
+from tests.servers import Control, Faults, S3Server
+
+DEFAULT_LATENCY_S = 0.020
+#: Per response, bytes per second; None for no cap.
+DEFAULT_BANDWIDTH = 200e6
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    root: str
+    """``s3://bucket/prefix`` to pass as the dataset URL."""
+    storage_options: Mapping[str, Any]
+    control: Control
+    """Request and byte counts; ``control.reset_counts()`` between measured runs."""
+
+
+@contextmanager
+def loopback_s3(
+    latency_s: float = DEFAULT_LATENCY_S, bandwidth: float | None = DEFAULT_BANDWIDTH, bucket: str = "bench"
+) -> Iterator[Endpoint]:
+    """A running S3 server with the given latency and cap; stopped on exit whatever happens."""
+    server = S3Server().start()
+    try:
+        root = server.make_bucket(bucket) + "/data"
+        server.control.set_faults(Faults(latency_s=latency_s, bandwidth=bandwidth))
+        yield Endpoint(root, server.storage_options(), server.control)
+    finally:
+        server.stop()
+
+
+def upload_dataset(local_dir: Path, endpoint: Endpoint) -> int:
+    """Copy every file under ``local_dir`` to the endpoint (verified uploads); return the bytes sent."""
+    source = open_store(local_dir)
+    target = open_store(endpoint.root, storage_options=endpoint.storage_options)
+    total = 0
+    for key in source.list_keys():
+        target.put_file(key, local_dir / key)
+        total += (local_dir / key).stat().st_size
+    return total
+
+
+def _synthetic(endpoint: Endpoint, num_shards: int, shard_bytes: int) -> list[ShardRef]:
+    store = open_store(endpoint.root, storage_options=endpoint.storage_options)
+    rng = random.Random(0)
+    refs = []
+    for i in range(num_shards):
+        data = rng.randbytes(shard_bytes)
+        refs.append(ShardRef(f"shard-{i:05d}.bin", hashlib.sha256(data).hexdigest(), shard_bytes))
+        store.put(refs[-1].path, data)
+    return refs
+
+
+def _read_all(cache: ShardCache, refs: list[ShardRef]) -> float:
+    started = time.perf_counter()
+    cache.plan(refs)
+    for ref in refs:
+        with cache.local(ref.path, ref.sha256, ref.num_bytes) as path, open(path, "rb") as f:
+            while f.read(1 << 20):
+                pass
+    return time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.remote", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="8 shards of 2 MiB")
+    p.add_argument("--latency-ms", type=float, default=DEFAULT_LATENCY_S * 1000)
+    p.add_argument("--bandwidth-mbs", type=float, default=DEFAULT_BANDWIDTH / 1e6, help="0 = no cap")
+    p.add_argument("--prefetch", type=int, default=2)
+    args = p.parse_args(argv)
+    num_shards, shard_bytes = (8, 2 << 20) if args.quick else (32, 16 << 20)
+    bandwidth = args.bandwidth_mbs * 1e6 or None
+    with loopback_s3(latency_s=0, bandwidth=None) as endpoint, tempfile.TemporaryDirectory() as tmp:
+        refs = _synthetic(endpoint, num_shards, shard_bytes)
+        endpoint.control.set_faults(Faults(latency_s=args.latency_ms / 1000, bandwidth=bandwidth))
+        for prefetch in sorted({0, args.prefetch}):
+            cache_dir = Path(tmp) / f"cache-{prefetch}"
+            for state in ("cold", "warm"):
+                endpoint.control.reset_counts()
+                cache = ShardCache(
+                    endpoint.root, cache_dir, prefetch=prefetch, storage_options=endpoint.storage_options
+                )
+                with cache:
+                    seconds = _read_all(cache, refs)
+                fetched, size_mb = endpoint.control.bytes_sent, num_shards * shard_bytes / 1e6
+                print(
+                    f"prefetch={prefetch} {state}: {seconds:.2f} s for {size_mb:.0f} MB, "
+                    f"{fetched / 1e6:.1f} MB fetched, {endpoint.control.total} requests "
+                    f"(latency {args.latency_ms:g} ms, cap {args.bandwidth_mbs:g} MB/s)"
+                )
+
+
+if __name__ == "__main__":
+    main()
