@@ -21,7 +21,6 @@ import hashlib
 import logging
 import math
 import os
-import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -31,19 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from shardpipe.cachedir import CacheDir, wait_for_room
+from shardpipe.cachedir import CacheDir, default_cache_dir, parse_size, wait_for_room
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.storage import RetryPolicy, Store, open_store, redact_url
 
 log = logging.getLogger("shardpipe.cache")
 
-CACHE_ENV = "SHARDPIPE_CACHE"
 DEFAULT_PREFETCH = 2
 #: Downloads of one shard that may fail their sha256 check before ``CorruptShardError``.
 DOWNLOAD_ATTEMPTS = 3
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
 class ShardLike(Protocol):
@@ -62,32 +57,6 @@ class ShardRef:
     path: str
     sha256: str
     num_bytes: int
-
-
-def parse_size(value: int | str) -> int:
-    """Bytes from an int or a string like ``"50GB"``, ``"1.5 GiB"``, ``"800MB"`` (KB = 1000, KiB = 1024)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    else:
-        match = _SIZE.match(str(value))
-        if match is None or match[2].lower() not in _UNITS:
-            raise UsageError(
-                f"cannot read {value!r} as a size; use bytes or a number with one of "
-                "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
-            )
-        number = int(float(match[1]) * _UNITS[match[2].lower()])
-    if number <= 0:
-        raise UsageError(f"a cache size must be > 0 bytes, got {value!r}")
-    return number
-
-
-def default_cache_dir() -> Path:
-    """``$SHARDPIPE_CACHE``, else the user's cache folder (XDG rules on Linux, via platformdirs)."""
-    if env := os.environ.get(CACHE_ENV):
-        return Path(env)
-    import platformdirs  # imported here: only the default needs it
-
-    return Path(platformdirs.user_cache_dir("shardpipe"))
 
 
 class ShardCache:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,9 +28,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from shardpipe.atomic import fsync_file
-from shardpipe.errors import DataError
+from shardpipe.errors import DataError, UsageError
 
+CACHE_ENV = "SHARDPIPE_CACHE"
 LAYOUT = "v1"
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 _TEMP = ".tmp-"
 _HEX = frozenset("0123456789abcdef")
 _temp_numbers = iter(range(1 << 62))
@@ -169,3 +174,29 @@ def wait_for_room(
         time.sleep(pause)
         pause = min(pause * 2, 0.5)
     return temp
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes from an int or a string like ``"50GB"``, ``"1.5 GiB"``, ``"800MB"`` (KB = 1000, KiB = 1024)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        match = _SIZE.match(str(value))
+        if match is None or match[2].lower() not in _UNITS:
+            raise UsageError(
+                f"cannot read {value!r} as a size; use bytes or a number with one of "
+                "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
+            )
+        number = int(float(match[1]) * _UNITS[match[2].lower()])
+    if number <= 0:
+        raise UsageError(f"a cache size must be > 0 bytes, got {value!r}")
+    return number
+
+
+def default_cache_dir() -> Path:
+    """``$SHARDPIPE_CACHE``, else the user's cache folder (XDG rules on Linux, via platformdirs)."""
+    if env := os.environ.get(CACHE_ENV):
+        return Path(env)
+    import platformdirs  # imported here: only the default needs it
+
+    return Path(platformdirs.user_cache_dir("shardpipe"))

@@ -31,17 +31,16 @@ import tenacity
 from fsspec.exceptions import FSTimeoutError
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
+from shardpipe.ranges import coalesce_ranges, slice_blocks
 from shardpipe.storage import (
     AccessDeniedError,
     ObjectNotFoundError,
     RetryPolicy,
     StorageError,
     StorageUnavailableError,
-    coalesce_ranges,
     join_key,
     redact_url,
     scrub,
-    slice_blocks,
 )
 
 log = logging.getLogger("shardpipe.storage")

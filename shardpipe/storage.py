@@ -16,26 +16,18 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import shutil
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from shardpipe.atomic import publish, temp_path
-from shardpipe.errors import CorruptShardError, DataError, UsageError
+from shardpipe.errors import DataError, UsageError
 
 T = TypeVar("T")
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "http", "https")
-#: Neighbouring ranges closer than this are fetched as one request: a request costs a round trip.
-DEFAULT_MAX_GAP = 64 * 1024
-#: A coalesced request never spans more than this, so one sparse read does not pull a whole shard.
-DEFAULT_MAX_BLOCK = 16 * 1024 * 1024
-_CHUNK = 1 << 20
 
 
 class StorageError(DataError):
@@ -136,13 +128,19 @@ def open_store(
 
             return FsspecStore(url, storage_options or {}, retry or RetryPolicy())
         if scheme == "file":
-            return LocalStore(Path(urlsplit(url).path))
+            return _local(urlsplit(url).path)
         if len(scheme) > 1:  # a one-letter scheme is a Windows drive, a path
             raise UsageError(
                 f"unsupported URL scheme {scheme!r} in {redact_url(url)}; use a path or one of "
                 f"file, {', '.join(REMOTE_SCHEMES)}"
             )
-    return LocalStore(Path(url))
+    return _local(url)
+
+
+def _local(path: str | os.PathLike[str]) -> Store:
+    from shardpipe.local_store import LocalStore  # imported here: it imports this module's errors
+
+    return LocalStore(Path(path))
 
 
 def split_url(url: str | os.PathLike[str]) -> tuple[str, str]:
@@ -192,47 +190,6 @@ def _secret_values(options: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def coalesce_ranges(
-    ranges: Sequence[tuple[int, int]], max_gap: int = DEFAULT_MAX_GAP, max_block: int = DEFAULT_MAX_BLOCK
-) -> tuple[list[tuple[int, int]], list[int]]:
-    """Merge neighbouring ``[start, stop)`` ranges: ``(blocks, block_of)``, ``block_of[i]`` for range i.
-
-    Ranges at most ``max_gap`` apart (or overlapping) share a block unless it would pass ``max_block``
-    bytes; one range longer than ``max_block`` still gets a block of its own.
-    """
-    for start, stop in ranges:
-        if not 0 <= start <= stop:
-            raise UsageError(f"byte range ({start}, {stop}) is invalid; need 0 <= start <= stop")
-    order = sorted(range(len(ranges)), key=lambda i: ranges[i])
-    blocks: list[tuple[int, int]] = []
-    block_of = [0] * len(ranges)
-    for i in order:
-        start, stop = ranges[i]
-        if blocks:
-            first, last = blocks[-1]
-            if start <= last + max_gap and max(last, stop) - first <= max_block:
-                blocks[-1] = (first, max(last, stop))
-                block_of[i] = len(blocks) - 1
-                continue
-        blocks.append((start, stop))
-        block_of[i] = len(blocks) - 1
-    return blocks, block_of
-
-
-def slice_blocks(
-    ranges: Sequence[tuple[int, int]],
-    blocks: Sequence[tuple[int, int]],
-    block_of: Sequence[int],
-    data: Sequence[bytes],
-) -> list[bytes]:
-    """Cut each range back out of the bytes fetched for its block."""
-    out = []
-    for (start, stop), b in zip(ranges, block_of, strict=True):
-        first = blocks[b][0]
-        out.append(data[b][start - first : stop - first])
-    return out
-
-
 def read_ranges(
     url: str | os.PathLike[str],
     ranges: Sequence[tuple[int, int]],
@@ -244,123 +201,3 @@ def read_ranges(
     ``url`` may be a signed URL: it is used whole, query string included (and never printed).
     """
     return open_store(url, storage_options=storage_options).read_ranges("", ranges)
-
-
-class LocalStore:
-    """A folder on this machine: plain ``os`` calls, atomic puts by temporary name + fsync + rename."""
-
-    def __init__(self, root: Path):
-        self._root = Path(root)
-
-    @property
-    def root(self) -> str:
-        return str(self._root)
-
-    @property
-    def display(self) -> str:
-        return str(self._root)
-
-    def local_path(self, key: str = "") -> Path:
-        return self._root / key if key else self._root
-
-    def url(self, key: str = "") -> str:
-        return str(self.local_path(key))
-
-    def exists(self, key: str) -> bool:
-        return self.local_path(key).exists()
-
-    def size(self, key: str) -> int:
-        return self._call(key, lambda p: p.stat().st_size)
-
-    def list_keys(self, prefix: str = "") -> list[str]:
-        base = self.local_path(prefix)
-        if base.is_file():
-            return [prefix]
-        if not base.is_dir():
-            return []
-        return sorted(p.relative_to(self._root).as_posix() for p in base.rglob("*") if p.is_file())
-
-    def open(self, key: str) -> BinaryIO:
-        return self._call(key, lambda p: p.open("rb"))
-
-    def read(self, key: str) -> bytes:
-        return self._call(key, lambda p: p.read_bytes())
-
-    def read_range(self, key: str, start: int, stop: int) -> bytes:
-        return self.read_ranges(key, [(start, stop)])[0]
-
-    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        blocks, block_of = coalesce_ranges(ranges)
-
-        def read_blocks(path: Path) -> list[bytes]:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                return [os.pread(fd, stop - start, start) for start, stop in blocks]
-            finally:
-                os.close(fd)
-
-        return slice_blocks(ranges, blocks, block_of, self._call(key, read_blocks))
-
-    def iter_chunks(self, key: str, size: int, chunk_size: int = _CHUNK) -> Iterator[bytes]:
-        """The file's first ``size`` bytes in chunks (fewer if it is shorter)."""
-        with self.open(key) as f:
-            remaining = size
-            while remaining > 0 and (chunk := f.read(min(chunk_size, remaining))):
-                remaining -= len(chunk)
-                yield chunk
-
-    def sha256(self, key: str) -> tuple[str, int]:
-        digest, size = hashlib.sha256(), 0
-        with self.open(key) as f:
-            while chunk := f.read(_CHUNK):
-                digest.update(chunk)
-                size += len(chunk)
-        return digest.hexdigest(), size
-
-    def put(self, key: str, data: bytes, *, sha256: str | None = None) -> str:
-        digest = hashlib.sha256(data).hexdigest()
-        _check_digest(self.url(key), digest, sha256)
-        final = self.local_path(key)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        temp = temp_path(final)
-        temp.write_bytes(data)
-        publish(temp, final)
-        return digest
-
-    def put_file(self, key: str, source: Path, *, sha256: str | None = None) -> str:
-        final = self.local_path(key)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        temp = temp_path(final)
-        digest = hashlib.sha256()
-        with open(source, "rb") as src, open(temp, "wb") as dst:
-            while chunk := src.read(_CHUNK):
-                digest.update(chunk)
-                dst.write(chunk)
-        try:
-            _check_digest(str(source), digest.hexdigest(), sha256)
-        except DataError:
-            temp.unlink()
-            raise
-        publish(temp, final)
-        return digest.hexdigest()
-
-    def remove(self, key: str, *, missing_ok: bool = True) -> None:
-        path = self.local_path(key)
-        if path.is_dir():
-            shutil.rmtree(path)
-            return
-        self._call(key, lambda p: p.unlink(missing_ok=missing_ok))
-
-    def _call(self, key: str, fn: Callable[[Path], T]) -> T:
-        path = self.local_path(key)
-        try:
-            return fn(path)
-        except FileNotFoundError as exc:
-            raise ObjectNotFoundError(f"no file at {path}; check the path", str(path)) from exc
-        except PermissionError as exc:
-            raise AccessDeniedError(f"permission denied reading {path}; check its mode", str(path)) from exc
-
-
-def _check_digest(where: str, actual: str, expected: str | None) -> None:
-    if expected is not None and actual != expected:
-        raise CorruptShardError(where, f"sha256 {actual} does not match the expected {expected}")

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from shardpipe.cache import ShardCache, ShardRef, default_cache_dir, parse_size
-from shardpipe.cachedir import flocked
+from shardpipe.cache import ShardCache, ShardRef
+from shardpipe.cachedir import default_cache_dir, flocked, parse_size
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.storage import RetryPolicy, open_store
 from tests.servers import Faults, S3Server

@@ -14,14 +14,13 @@ import pytest
 
 from shardpipe.errors import CorruptShardError, UsageError
 from shardpipe.fsspec_store import FsspecStore
+from shardpipe.local_store import LocalStore
 from shardpipe.storage import (
     AccessDeniedError,
-    LocalStore,
     ObjectNotFoundError,
     RetryPolicy,
     StorageUnavailableError,
     Store,
-    coalesce_ranges,
     join_key,
     open_store,
     read_ranges,
@@ -224,20 +223,6 @@ def test_redaction_helpers() -> None:
     assert split_url("https://h/d/manifest.json?sig=1") == ("https://h/d", "manifest.json")
     assert split_url("/x/y/manifest.json") == ("/x/y", "manifest.json")
     assert join_key("a/", "/b", "", "c.tar") == "a/b/c.tar"
-
-
-def test_coalesce_ranges_merges_neighbours_within_the_gap_and_block() -> None:
-    blocks, block_of = coalesce_ranges([(100, 200), (0, 50), (55, 90), (10_000, 10_010)], max_gap=5)
-    assert blocks == [(0, 90), (100, 200), (10_000, 10_010)]
-    assert block_of == [1, 0, 0, 2]
-    blocks, _ = coalesce_ranges([(0, 10), (10, 20), (20, 30)], max_gap=0, max_block=20)
-    assert blocks == [(0, 20), (20, 30)]
-    blocks, block_of = coalesce_ranges([(0, 100)], max_block=10)
-    assert blocks == [(0, 100)] and block_of == [0]
-    blocks, _ = coalesce_ranges([(0, 100), (20, 30)], max_gap=0)
-    assert blocks == [(0, 100)]
-    with pytest.raises(UsageError, match=r"\(5, 2\) is invalid"):
-        coalesce_ranges([(5, 2)])
 
 
 def test_read_ranges_fetches_neighbours_in_one_request(s3: S3Server, s3_root: str) -> None:
