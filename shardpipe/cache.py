@@ -5,7 +5,8 @@ sha256, held against eviction until the block ends. The first process on a node 
 downloads it (to a temporary, checked, renamed); every other process and thread waits for that download
 instead of starting its own. ``plan(shards)`` tells the cache the order this process will read in: the
 next ``prefetch`` shards are fetched in the background while the current one is read, and eviction under
-``cache_limit`` drops the shard whose next use is furthest away. A dataset on a local path is not copied:
+``cache_limit`` drops the shard whose next use is furthest away over every live reader's plan on the node
+(``shardpipe.cacheplans``), so one worker does not evict the shard another reads next. A dataset on a local path is not copied:
 ``local`` yields the file itself.
 
 Invariants: nothing unverified is ever served or left under a final name; a download that keeps failing
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from shardpipe.cachedir import CacheDir, default_cache_dir, parse_size, wait_for_room
+from shardpipe.cacheplans import NodePlans
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.storage import RetryPolicy, Store, open_store, redact_url
 
@@ -89,6 +91,7 @@ class ShardCache:
         self._lock = threading.Lock()
         self._store: Store | None = None
         self._dir: CacheDir | None = None
+        self._plans: NodePlans | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._in_flight: dict[str, Future[None]] = {}
         self._plan: list[ShardRef] = []
@@ -113,7 +116,7 @@ class ShardCache:
                 setattr(self, name, value)
         self._reset_process_state()
         self.plan(state["plan"])
-        self._position = state["position"]
+        self._set_position(state["position"])
 
     @property
     def store(self) -> Store:
@@ -127,6 +130,12 @@ class ShardCache:
         if self._dir is None:
             self._dir = CacheDir(self.cache_dir, self.cache_limit)
         return self._dir
+
+    @property
+    def node_plans(self) -> NodePlans:
+        if self._plans is None:
+            self._plans = NodePlans(self.directory.root)
+        return self._plans
 
     def usage(self) -> int:
         """Bytes the node's cache holds now (shards plus downloads in progress)."""
@@ -143,6 +152,8 @@ class ShardCache:
             for index, ref in enumerate(refs):
                 self._uses.setdefault(ref.sha256, []).append(index)
             self._position = 0
+        if self.cache_limit is not None and self.store.local_path() is None:
+            self.node_plans.publish([ref.sha256 for ref in refs])
 
     @contextmanager
     def local(self, path: str, sha256: str, size: int) -> Iterator[Path]:
@@ -181,6 +192,8 @@ class ShardCache:
         if self._pool is not None and self._pid == os.getpid():
             self._pool.shutdown(wait=True, cancel_futures=True)
         self._pool = None
+        if self._plans is not None and self._pid == os.getpid():
+            self._plans.withdraw()
 
     def __enter__(self) -> ShardCache:
         return self
@@ -196,12 +209,17 @@ class ShardCache:
         found = bisect.bisect_left(uses, self._position)
         return uses[found] - self._position if found < len(uses) else math.inf
 
+    def _set_position(self, position: int) -> None:
+        self._position = position
+        if self._plans is not None:
+            self._plans.advance(position)
+
     def _advance(self, ref: ShardRef) -> None:
         with self._lock:
             uses = self._uses.get(ref.sha256, [])
             found = bisect.bisect_left(uses, self._position)
-            if found < len(uses):
-                self._position = uses[found]
+            if found < len(uses) and uses[found] != self._position:
+                self._set_position(uses[found])
             upcoming = self._plan[self._position + 1 : self._position + 1 + self.prefetch] if uses else []
         for nxt in upcoming:
             self._start_prefetch(nxt)
@@ -234,7 +252,8 @@ class ShardCache:
             needed_in = self.next_use(ref.sha256) if background else 0.0
 
             def reserve() -> Path | None:
-                return cache.reserve(ref.sha256, ref.num_bytes, self.next_use, needed_in=needed_in)
+                plans = self.node_plans
+                return cache.reserve(ref.sha256, ref.num_bytes, plans.next_uses, needed_in=needed_in)
 
             if background:
                 temp = reserve()
@@ -294,7 +313,9 @@ class ShardCache:
 
     def _check_process(self) -> None:
         if self._pid != os.getpid():  # a forked child: the parent's pool and connections are not ours
+            if self._plans is not None:
+                self._plans.forget_inherited()
             plan, position = self._plan, self._position
             self._reset_process_state()
             self.plan(plan)
-            self._position = position
+            self._set_position(position)

@@ -19,11 +19,12 @@ Invariants:
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -92,18 +93,20 @@ class CacheDir:
             yield final if final.exists() else None
 
     def reserve(
-        self, sha256: str, size: int, next_use: Callable[[str], float], *, needed_in: float
+        self, sha256: str, size: int, next_uses: Callable[[], Mapping[str, float]], *, needed_in: float
     ) -> Path | None:
         """A temporary of ``size`` bytes for ``sha256``, evicting shards used later than ``needed_in``.
 
-        Returns None when the budget cannot make room now (every other shard is being read, reserved, or
-        needed sooner); the caller waits or gives up. The caller holds ``fetching(sha256)``.
+        ``next_uses()`` (asked only if something must go) gives each shard's distance to its next use;
+        shards it does not name are never used again. Returns None when the budget cannot make room now
+        (every other shard is being read, reserved, or needed sooner); the caller waits or gives up. The
+        caller holds ``fetching(sha256)``.
         """
         with flocked(self.root / "budget.lock", fcntl.LOCK_EX):
             self._sweep_abandoned(held=sha256)
             if self.limit is not None:
                 excess = self.usage() + size - self.limit
-                if excess > 0 and not self._evict(excess, next_use, needed_in):
+                if excess > 0 and not self._evict(excess, next_uses(), needed_in):
                     return None
             with _temp_lock:
                 number = next(_temp_numbers)
@@ -124,7 +127,7 @@ class CacheDir:
         with suppress(FileNotFoundError):
             os.utime(self.final(sha256))
 
-    def _evict(self, excess: int, next_use: Callable[[str], float], needed_in: float) -> bool:
+    def _evict(self, excess: int, next_uses: Mapping[str, float], needed_in: float) -> bool:
         candidates = []
         for entry in os.scandir(self.objects):
             if len(entry.name) == 64 and set(entry.name) <= _HEX:
@@ -132,7 +135,8 @@ class CacheDir:
                     stat = entry.stat()
                 except FileNotFoundError:
                     continue
-                candidates.append((-next_use(entry.name), stat.st_mtime, entry.name, stat.st_size))
+                distance = next_uses.get(entry.name, math.inf)
+                candidates.append((-distance, stat.st_mtime, entry.name, stat.st_size))
         freed = 0
         for minus_next, _, name, size in sorted(candidates):  # furthest next use first, then oldest
             if -minus_next <= needed_in:

@@ -225,7 +225,7 @@ def _hold_lock_and_reservation(cache_dir: str, sha256: str, ready: Any) -> None:
 
     directory = CacheDir(Path(cache_dir), None)
     with directory.fetching(sha256):
-        directory.reserve(sha256, 10_000, lambda _: 0.0, needed_in=0.0)
+        directory.reserve(sha256, 10_000, dict, needed_in=0.0)
         ready.set()
         threading.Event().wait(CHILD_TIMEOUT_S)  # until killed
 
@@ -317,3 +317,54 @@ def test_reads_through_the_cache_survive_a_tenth_of_requests_failing(
             with cache.local(ref.path, ref.sha256, ref.num_bytes) as path:
                 assert path.read_bytes() == data
     assert s3.control.injected >= 2, "too few faults were injected for the test to mean anything"
+
+
+def test_eviction_weighs_every_live_reader_on_the_node(s3: S3Server, s3_root: str, tmp_path: Path) -> None:
+    shards = upload_shards(s3, s3_root, [10_000] * 4)
+    a1, a2, a3, b1 = (ref for ref, _ in shards)
+    reader_a = make_cache(s3, s3_root, tmp_path, cache_limit=30_000, prefetch=0)
+    reader_b = make_cache(s3, s3_root, tmp_path, cache_limit=30_000, prefetch=0)
+    reader_b.plan([b1, a3, b1])  # b reads b1 now and again two shards later
+    with reader_b.local(b1.path, b1.sha256, b1.num_bytes):
+        pass
+    reader_a.plan([a1, a2, a3])
+    for ref in (a1, a2, a3):  # at a3 the cache holds b1, a1, a2: only b1 is used again (by b)
+        with reader_a.local(ref.path, ref.sha256, ref.num_bytes):
+            pass
+    assert reader_a.directory.final(b1.sha256).exists(), "a evicted the shard b reads next"
+    assert reader_a.usage() <= 30_000
+    reader_b.close()  # b's plan is withdrawn: b1 is now just the oldest shard nobody plans to read
+    reader_a.plan([a1, a2, a3])  # a1 was evicted at a3; fetching it again must now evict b1
+    with reader_a.local(a1.path, a1.sha256, a1.num_bytes):
+        pass
+    present = {ref.path for ref in (a1, a2, a3, b1) if reader_a.directory.final(ref.sha256).exists()}
+    assert present == {a1.path, a2.path, a3.path}
+    reader_a.close()
+
+
+def _plan_and_die(
+    root: str, options: dict[str, Any], cache_dir: str, refs: list[ShardRef], ready: Any
+) -> None:
+    cache = ShardCache(root, cache_dir=cache_dir, cache_limit=30_000, storage_options=options, prefetch=0)
+    cache.plan(refs)
+    ready.set()
+    threading.Event().wait(CHILD_TIMEOUT_S)  # until killed
+
+
+@pytest.mark.timeout(120)
+def test_the_plan_of_a_killed_reader_stops_counting(s3: S3Server, s3_root: str, tmp_path: Path) -> None:
+    shards = upload_shards(s3, s3_root, [10_000] * 2)
+    context = mp.get_context("spawn")
+    ready = context.Event()
+    args = (s3_root, s3.storage_options(), str(tmp_path / "cache"), [shards[0][0]], ready)
+    child = context.Process(target=_plan_and_die, args=args)
+    child.start()
+    try:
+        assert ready.wait(CHILD_TIMEOUT_S), "the planning process did not start"
+        cache = make_cache(s3, s3_root, tmp_path, cache_limit=30_000)
+        assert cache.node_plans.next_uses() == {shards[0][0].sha256: 0}
+        os.kill(child.pid or 0, signal.SIGKILL)
+    finally:
+        child.join(timeout=10)
+    assert cache.node_plans.next_uses() == {}
+    assert list((tmp_path / "cache/v1/plans").iterdir()) == []
