@@ -6,8 +6,8 @@ downloads it (to a temporary, checked, renamed); every other process and thread 
 instead of starting its own. ``plan(shards)`` tells the cache the order this process will read in: the
 next ``prefetch`` shards are fetched in the background while the current one is read, and eviction under
 ``cache_limit`` drops the shard whose next use is furthest away over every live reader's plan on the node
-(``shardpipe.cacheplans``), so one worker does not evict the shard another reads next. A dataset on a local path is not copied:
-``local`` yields the file itself.
+(``shardpipe.cacheplans``), so one worker does not evict the shard another reads next. A dataset on a
+local path is not copied: ``local`` yields the file itself.
 
 Invariants: nothing unverified is ever served or left under a final name; a download that keeps failing
 its check raises ``CorruptShardError`` naming the URL; the cache never holds more than ``cache_limit``
