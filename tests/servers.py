@@ -10,6 +10,7 @@ teardown instead of running on.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import re
@@ -26,6 +27,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 FAULT_KINDS = ("500", "reset", "slow")
+#: Requests under this path read the counts or set the faults; they are not counted themselves.
+CONTROL_PATH = "/_shardpipe/"
 logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request drowns test output
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
@@ -33,7 +36,7 @@ _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 @dataclass(frozen=True, slots=True)
 class Faults:
     rate: float = 0.0
-    kinds: tuple[str, ...] = FAULT_KINDS
+    kinds: tuple[str, ...] = FAULT_KINDS  # a list is accepted too (from JSON)
     seed: int = 0
     slow_s: float = 0.3
     latency_s: float = 0.0
@@ -121,6 +124,8 @@ class FaultMiddleware:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
+        if path.startswith(CONTROL_PATH):
+            return self._control(path.removeprefix(CONTROL_PATH), environ, start_response)
         kind, faults = self.control.admit(environ["REQUEST_METHOD"], path)
         time.sleep(faults.latency_s)
         if kind is not None or self.control.is_forbidden(path):
@@ -153,6 +158,21 @@ class FaultMiddleware:
         if kind == "slow":
             time.sleep(faults.slow_s)
         return _throttled(result, faults.bandwidth, self.control)
+
+    def _control(
+        self, action: str, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> list[bytes]:
+        """Counts and switches for a client in another process (the benchmark runs the server apart)."""
+        if action == "faults":
+            body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+            self.control.set_faults(Faults(**json.loads(body)))
+        elif action == "reset":
+            self.control.reset_counts()
+        control = self.control
+        stats = {"total": control.total, "bytes_sent": control.bytes_sent, "injected": control.injected}
+        body = json.dumps(stats).encode()
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
 
 
 class S3Server:
