@@ -1,0 +1,67 @@
+"""Fixtures shared by the storage and cache tests: loopback S3 and HTTP servers, started once per session.
+
+Each test gets the servers with faults off and request counts zeroed, and its own bucket or folder; at the
+end of the session both servers must have stopped and stayed within their request limit.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.servers import Faults, HTTPServer, S3Server
+
+_bucket_numbers = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    server = S3Server().start()
+    yield server
+    server.stop()
+    assert not server.alive, "the loopback S3 server is still running after the suite"
+    assert not server.control.overflowed, "a test sent the S3 server more requests than its limit"
+
+
+@pytest.fixture(scope="session")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HTTPServer]:
+    server = HTTPServer(tmp_path_factory.mktemp("www")).start()
+    yield server
+    server.stop()
+    assert not server.alive, "the loopback HTTP server is still running after the suite"
+    assert not server.control.overflowed, "a test sent the HTTP server more requests than its limit"
+
+
+@pytest.fixture
+def s3(s3_server: S3Server) -> Iterator[S3Server]:
+    """The S3 server, faults off and counts zeroed before and after the test."""
+    s3_server.control.set_faults(Faults())
+    s3_server.control.reset_counts()
+    yield s3_server
+    s3_server.control.set_faults(Faults())
+
+
+@pytest.fixture
+def s3_root(s3: S3Server) -> str:
+    """A fresh bucket for this test; the dataset prefix inside it."""
+    return s3.make_bucket(f"test-{next(_bucket_numbers)}") + "/data"
+
+
+@pytest.fixture
+def http(http_server: HTTPServer) -> Iterator[HTTPServer]:
+    http_server.control.set_faults(Faults())
+    http_server.control.reset_counts()
+    yield http_server
+    http_server.control.set_faults(Faults())
+
+
+@pytest.fixture
+def http_dir(http: HTTPServer, request: pytest.FixtureRequest) -> tuple[Path, str]:
+    """A folder served by the HTTP server for this test, and its URL."""
+    name = f"t{next(_bucket_numbers)}"
+    folder = Path(http.directory) / name
+    folder.mkdir()
+    return folder, f"{http.url}/{name}"
