@@ -32,14 +32,16 @@ from statistics import median
 from typing import Any
 
 import psutil
+from shardpipe.tuning import pausing_gc
 
 from bench.pack_bench import ROOT, Profile, build_tree, warm
 from bench.system import hardware, versions
 from shardpipe.formats import get_format
 from shardpipe.manifest import ShardEntry
-from shardpipe.pack import PackOptions, _init_worker, plan_jobs, write_shard
+from shardpipe.pack import PackOptions, init_worker
+from shardpipe.plan import plan_jobs
 from shardpipe.sources import scan_source
-from shardpipe.tuning import pausing_gc
+from shardpipe.write import write_shard
 
 FORMAT = "tar"
 NOOP_TASKS = 400
@@ -88,12 +90,12 @@ def executors(workers: int) -> Iterator[tuple[dict[str, Executor], dict[str, Any
 
     started: dict[str, Any] = {}
     start = time.perf_counter()
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker)
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=init_worker)
     list(pool.map(abs, range(workers * 4)))
     started["local pool start_s"] = time.perf_counter() - start
     memory_before = descendants_memory()
     start = time.perf_counter()
-    ray_engine = RayExecutor(max_workers=workers, initializer=_init_worker)  # as the pool
+    ray_engine = RayExecutor(max_workers=workers, initializer=init_worker)  # as the pool
     started["ray.init start_s"] = time.perf_counter() - start
     time.sleep(1.0)  # let Ray's daemons settle before reading their memory
     started["ray memory after init"] = _minus(descendants_memory(), memory_before)

@@ -117,9 +117,20 @@ def main() -> None:
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
-    default=1,
+    help="Shard writers in parallel. Default: 1; with --engine ray: the cluster's CPUs.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
     show_default=True,
-    help="Processes writing shards in parallel.",
+    help="Who scans and writes shards: local processes, or Ray tasks (pip install 'shardpipe[ray]'). "
+    "Same output, byte for byte. On a multi-node cluster SRC and OUT must be on a shared mount.",
+)
+@click.option(
+    "--ray-address",
+    metavar="HOST:PORT",
+    help="Join this Ray cluster (default: RAY_ADDRESS, else a local Ray). Needs --engine ray.",
 )
 @click.option(
     "--labels",
@@ -145,8 +156,9 @@ def main() -> None:
 @_errors_to_exit_codes
 def pack(
     src: Path, out: Path, format_name: str, split_spec: str | None, seed: int, order: str,
-    max_samples: int | None, max_bytes: str, workers: int, labels: str | None, literal_fields: str,
-    skip_incomplete: bool, resume: bool, overwrite: bool, quiet: bool,
+    max_samples: int | None, max_bytes: str, workers: int | None, engine: str, ray_address: str | None,
+    labels: str | None, literal_fields: str, skip_incomplete: bool, resume: bool, overwrite: bool,
+    quiet: bool,
 ) -> None:  # fmt: skip
     """Pack SRC (a folder tree, or a .csv/.jsonl/.parquet file list) into shards in OUT.
 
@@ -164,6 +176,8 @@ def pack(
 
     if resume and overwrite:
         raise click.UsageError("--resume and --overwrite contradict each other; choose one")
+    if ray_address is not None and engine != "ray":
+        raise click.UsageError(f"--ray-address {ray_address} needs --engine ray")
     keep_freed_memory()  # this process is a pack: see process_settings
     options = PackOptions(
         format=format_name,
@@ -172,14 +186,26 @@ def pack(
         order=order,
         max_samples=max_samples,
         max_bytes=None if max_bytes.lower() == "none" else parse_size(max_bytes),
-        workers=workers,
+        workers=workers or 1,
         labels=labels,
         literal_fields=tuple(f for f in literal_fields.split(",") if f),
         skip_incomplete=skip_incomplete,
         resume=resume,
         overwrite=overwrite,
     )
-    result = run_pack(src, out, options, quiet=quiet)
+    executor = None
+    if engine == "ray":
+        from shardpipe.pack import init_worker
+        from shardpipe.ray_engine import RayExecutor
+
+        executor = RayExecutor(
+            ray_address, max_workers=workers, visible_paths=(src, out), initializer=init_worker
+        )
+    try:
+        result = run_pack(src, out, options, quiet=quiet, executor=executor)
+    finally:
+        if executor is not None:
+            executor.shutdown(wait=False)  # after a failure, tasks still running are cancelled
     if result.already_complete:
         click.echo(f"already complete: {result.num_reused} shards ({out / 'manifest.json'})")
         return

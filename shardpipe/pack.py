@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shardpipe import output
+from shardpipe.atomic import sweep_temporaries
 from shardpipe.formats import get_format
 from shardpipe.manifest import Manifest, ShardEntry, write_manifest
 from shardpipe.output import JOURNAL_NAME, Job, prepare_output, reusable
@@ -69,11 +70,12 @@ def pack(
     with pausing_gc():
         if executor is not None or options.workers == 1:
             return _pack(src, out, options, quiet, executor)
-        with ProcessPoolExecutor(max_workers=options.workers, initializer=_init_worker) as pool:
+        with ProcessPoolExecutor(max_workers=options.workers, initializer=init_worker) as pool:
             return _pack(src, out, options, quiet, pool)
 
 
-def _init_worker() -> None:
+def init_worker() -> None:
+    """Per-process set-up of a pack worker (also given to a Ray engine's workers): speed only."""
     keep_freed_memory()
     gc.disable()  # a pack worker's objects hold no cycles: see pausing_gc
 
@@ -107,6 +109,7 @@ def _pack(src: Path, out: Path, options: PackOptions, quiet: bool, executor: Exe
             written[entry.path] = entry
             progress.update(entry.num_samples, entry.num_bytes)
     progress.close()
+    sweep_temporaries(out)  # an attempt an engine killed mid-write and retried left its temporary
 
     entries = {**reused, **written}
     manifest = Manifest(

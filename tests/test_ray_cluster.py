@@ -19,14 +19,13 @@ import pytest
 from shardpipe.errors import DataError
 from shardpipe.formats import get_format
 from shardpipe.manifest import MANIFEST_NAME, ShardEntry, load_manifest
+from shardpipe.pack import PackOptions, pack
+from shardpipe.plan import ShardJob, plan_jobs
 from shardpipe.ray_engine import RayExecutor, check_visible
-from shardpipe.sources import SampleTable
+from shardpipe.sources import SampleTable, scan_source
+from shardpipe.write import write_shard
 from tests.datagen import make_tree
 from tests.ray_cluster import Cluster, token_auth, two_node_cluster
-
-# The pack's engine seam, in one place: retarget these names when pack.py is split (issue 9, section 2).
-from shardpipe.pack import PackOptions, ShardJob, pack, plan_jobs, write_shard  # isort: skip
-from shardpipe.sources import scan_source  # isort: skip
 
 pytestmark = pytest.mark.timeout(240)
 WAIT_S = 90.0

@@ -1,0 +1,80 @@
+"""``shardpipe pack --engine ray`` on a two-node cluster and on a local Ray: byte-identical to local."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from shardpipe.cli import main
+from tests.datagen import make_tree
+from tests.ray_cluster import token_auth, two_node_cluster
+
+pytestmark = pytest.mark.timeout(300)
+OPTIONS = ["--labels", "dirname", "--split", "train=0.8,val=0.2", "--max-samples", "6", "-q"]
+
+
+def run(*args: str | Path) -> Result:
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_engine_ray_matches_local_on_a_cluster_and_a_local_ray(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    make_tree(src, 80, classes=4)
+    local = run("pack", src, tmp_path / "local", "--format", "tfrecord", *OPTIONS, "--workers", "2")
+    assert local.exit_code == 0, local.output
+    with token_auth():
+        with two_node_cluster() as cluster:
+            on_cluster = run(
+                "pack", src, tmp_path / "cluster", "--format", "tfrecord", *OPTIONS,
+                "--engine", "ray", "--ray-address", cluster.address,
+            )  # fmt: skip
+        local_ray = run("pack", src, tmp_path / "ray", "--format", "tfrecord", *OPTIONS, "--engine", "ray")
+        missing = run("pack", tmp_path / "missing", tmp_path / "x", "--format", "tar", "--engine", "ray")
+    assert on_cluster.exit_code == 0, on_cluster.output
+    assert local_ray.exit_code == 0, local_ray.output
+    assert files(tmp_path / "cluster") == files(tmp_path / "local")  # shards, indexes and manifest
+    assert files(tmp_path / "ray") == files(tmp_path / "local")
+    assert missing.exit_code == 1 and "does not exist" in missing.output
+
+
+def test_ray_address_needs_engine_ray(tmp_path: Path) -> None:
+    result = run("pack", tmp_path, tmp_path / "out", "--format", "tar", "--ray-address", "10.0.0.5:6379")
+    assert result.exit_code == 2 and "--ray-address 10.0.0.5:6379 needs --engine ray" in result.output
+
+
+def test_killed_ray_driver_then_resume_completes_the_pack(tmp_path: Path) -> None:
+    """The driver of `--engine ray` is killed mid-pack; `--resume` (here with the local engine) finishes it,
+    keeping the finished shards, and the tree equals a local pack's."""
+    make_tree(tmp_path / "src", 2000, fields=("bin",), size=1000)
+    args = ["--format", "tar", "--max-samples", "10", "--quiet"]
+    assert run("pack", tmp_path / "src", tmp_path / "local", *args).exit_code == 0
+    out = tmp_path / "out"
+    with token_auth(), two_node_cluster() as cluster:  # the child inherits the token from os.environ
+        cmd = [sys.executable, "-m", "shardpipe", "pack", str(tmp_path / "src"), str(out), *args,
+               "--engine", "ray", "--ray-address", cluster.address]  # fmt: skip
+        proc = subprocess.Popen(cmd, start_new_session=True)
+        journal = out / ".shardpipe-journal.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if journal.exists() and len(journal.read_text().splitlines()) >= 4:
+                break
+            time.sleep(0.005)
+        assert proc.poll() is None, "the pack finished before it could be killed; make the input larger"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (out / "manifest.json").exists()
+    resumed = run("pack", tmp_path / "src", out, *args, "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert "resumed: kept" in resumed.output
+    assert files(out) == files(tmp_path / "local")
