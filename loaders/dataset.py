@@ -15,6 +15,7 @@ import logging
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -40,11 +41,12 @@ from loaders.planner import (
     worker_sample_counts,
 )
 from loaders.position import Position
+from loaders.source import DatasetSource
 from loaders.world import get_worker, get_world
 from shardpipe.errors import DataError
 from shardpipe.formats import ShardReader, get_format
 from shardpipe.formats.layout import ShardIndex
-from shardpipe.manifest import Manifest, load_manifest, manifest_path
+from shardpipe.manifest import Manifest
 
 log = logging.getLogger("loaders")
 
@@ -99,11 +101,24 @@ class ShardedDataset(IterableDataset[Sample]):
         world_size: int | None = None,
         on_error: OnError = "raise",
         check: bool = True,
+        cache_dir: str | Path | None = None,
+        cache_limit: int | str | None = None,
+        prefetch: int = 2,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        """``check=False`` skips the per-sample checksums (and the index's sha256) on every read."""
+        """``path`` is a dataset folder, its manifest, or a URL of either (``s3://``, ``gs://``,
+        ``https://``): remote shards are read through a per-node cache (``cache_dir``, default
+        ``$SHARDPIPE_CACHE`` or the user's cache folder; ``cache_limit`` a byte budget such as ``"50GB"``,
+        none by default; ``prefetch`` shards fetched ahead). ``storage_options`` go to fsspec (credentials
+        otherwise come as the cloud SDKs take them). ``check=False`` skips the per-sample checksums (and
+        the index's sha256) on every read."""
         super().__init__()
-        self.manifest: Manifest = load_manifest(path)
-        self.root = manifest_path(path).parent
+        self.source = DatasetSource(
+            path, cache_dir=cache_dir, cache_limit=cache_limit, prefetch=prefetch,
+            storage_options=storage_options,
+        )  # fmt: skip
+        self.manifest: Manifest = self.source.manifest
+        self.root = self.source.display
         self.options = ReadOptions(
             split, shuffle, seed, remainder, shuffle_buffer, block_size, 1, on_error, check=check
         )
@@ -186,8 +201,10 @@ class ShardedDataset(IterableDataset[Sample]):
         return int(self._errors.sum())
 
     def close(self) -> None:
-        """Close the shard files and environments this process opened (reopened lazily if read again)."""
+        """Close the shard files and environments this process opened (reopened lazily if read again),
+        and stop prefetching."""
         self._readers.close()
+        self.source.close()
 
     def __enter__(self) -> ShardedDataset:
         return self
@@ -206,6 +223,9 @@ class ShardedDataset(IterableDataset[Sample]):
         config = self.plan_config(num_workers)
         runs = self._runs(epoch, history)
         windows = plan_windows(runs, config, epoch=epoch, rank=self.rank, worker_index=role)
+        if self.source.remote:  # the shards this worker reads, in order: the cache prefetches by it
+            order = [run[0] for window in windows for run in window.runs]
+            self.source.plan([self.shards[i] for k, i in enumerate(order) if k == 0 or order[k - 1] != i])
         per_rank = samples_per_rank(num_samples(runs), self.world_size, config.remainder)
         skip = consumed_count(config, per_rank, role, resumed_batches)
         columns = self._read_windows(windows, skip, worker_index)
@@ -264,9 +284,8 @@ class ShardedDataset(IterableDataset[Sample]):
     def _read_group(self, columns: Columns, group: list[list[int]]) -> None:
         """Append the samples of spans of one shard, all or none."""
         shard_index = group[0][0]
-        keys, fields = self._readers.get(shard_index).read_runs(
-            [(start, stop) for _, start, stop, _ in group], columns.names
-        )
+        with self._readers.reading(shard_index) as reader:
+            keys, fields = reader.read_runs([(start, stop) for _, start, stop, _ in group], columns.names)
         expected = sum(stop - start for _, start, stop, _ in group)
         if len(keys) != expected:
             raise DataError(
@@ -303,48 +322,66 @@ class ShardedDataset(IterableDataset[Sample]):
 
 
 class _Readers:
-    """This process's open shards, least recently used closed first; dropped, never used, after a fork.
+    """This process's shard readers; dropped, never used, after a fork.
 
-    A reader opens its file (or LMDB environment) once and reads many small spans from it; its index is
-    checked against the manifest's sha256 when loaded.
+    Local shards stay open (least recently used closed first): a reader opens its file or LMDB
+    environment once and reads many small spans. A remote shard's reader lives for one read, so the
+    cache may evict the shard between reads; its index is kept. Every index is checked against the
+    manifest's sha256 when loaded.
     """
 
     def __init__(self, dataset: ShardedDataset) -> None:
         # What opening a reader needs, not the dataset itself: no cycle keeps files open past a drop.
-        self._root, self._shards, self._format = dataset.root, dataset.shards, dataset.format
-        self._manifest, self._check = dataset.manifest, dataset.options.check
+        self._source, self._shards, self._format = dataset.source, dataset.shards, dataset.format
+        self._check = dataset.options.check
         self._pid = os.getpid()
         self._open: OrderedDict[int, ShardReader] = OrderedDict()
+        self._indexes: OrderedDict[int, ShardIndex | None] = OrderedDict()
 
-    def get(self, shard_index: int) -> ShardReader:
+    @contextmanager
+    def reading(self, shard_index: int) -> Iterator[ShardReader]:
         if self._pid != os.getpid():  # inherited through a fork: never used here, never closed here
-            self._open = OrderedDict()
+            self._open, self._indexes = OrderedDict(), OrderedDict()
             self._pid = os.getpid()
+        if not self._source.remote:
+            yield self._local(shard_index)
+            return
+        index = self._index(shard_index)
+        with (
+            self._source.shard(self._shards[shard_index]) as path,
+            self._format.open_reader(path, index, check=self._check) as reader,
+        ):
+            yield reader
+
+    def _local(self, shard_index: int) -> ShardReader:
         reader = self._open.get(shard_index)
         if reader is not None:
             self._open.move_to_end(shard_index)
             return reader
         entry = self._shards[shard_index]
-        index = None
-        if entry.index_path is not None:
-            index = ShardIndex.read(
-                self._root / entry.index_path,
-                entry.num_samples,
-                self._manifest.fields,
-                version=self._manifest.index_version,
-                sha256=entry.index_sha256 if self._check else None,
-            )
-        reader = self._format.open_reader(self._root / entry.path, index, check=self._check)
+        with self._source.shard(entry) as path:
+            reader = self._format.open_reader(path, self._index(shard_index), check=self._check)
         self._open[shard_index] = reader
         while len(self._open) > MAX_OPEN_SHARDS:
             self._open.popitem(last=False)[1].close()
         return reader
+
+    def _index(self, shard_index: int) -> ShardIndex | None:
+        if shard_index in self._indexes:
+            self._indexes.move_to_end(shard_index)
+            return self._indexes[shard_index]
+        index = self._source.index(self._shards[shard_index], check=self._check)
+        self._indexes[shard_index] = index
+        while len(self._indexes) > MAX_OPEN_SHARDS:
+            self._indexes.popitem(last=False)
+        return index
 
     def close(self) -> None:
         if self._pid == os.getpid():
             for reader in self._open.values():
                 reader.close()
         self._open.clear()
+        self._indexes.clear()
 
 
 MIN_BLOCKS_PER_WINDOW = 64

@@ -157,6 +157,21 @@ class ShardIndex:
             data = Path(path).read_bytes()
         except OSError as exc:
             raise DataError(f"cannot read index {path}: {exc}") from exc
+        return cls.from_bytes(data, num_samples, fields, version=version, sha256=sha256, name=str(path))
+
+    @classmethod
+    def from_bytes(
+        cls,
+        data: bytes,
+        num_samples: int,
+        fields: Sequence[str],
+        *,
+        version: int = INDEX_VERSION,
+        sha256: str | None = None,
+        name: str = "index",
+    ) -> ShardIndex:
+        """An index from its file's bytes (read locally or fetched), checked as :meth:`read` checks it."""
+        path = name
         if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
             raise DataError(
                 f"index {path} does not match its sha256 in the manifest (damaged or replaced); "

@@ -1,0 +1,91 @@
+"""Where a dataset's files come from: a local folder, or a URL read through the verified shard cache.
+
+A local dataset opens its files in place (the fast path: no copy, no cache). A dataset at a URL
+(``s3://``, ``gs://``, ``http(s)://``: anything ``shardpipe.storage`` takes) reads its manifest and
+indexes through the storage seam, each checked against the manifest, and its shards through a per-node
+``ShardCache``: downloaded once per node, checked against their sha256, held against eviction while read.
+Nothing here holds a connection or a thread across a fork: the store and the cache rebuild theirs in each
+process.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from shardpipe.cache import ShardCache
+from shardpipe.errors import DataError
+from shardpipe.formats.layout import ShardIndex
+from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, load_manifest, manifest_path
+from shardpipe.storage import Store, is_remote, open_store, redact_url
+
+
+class DatasetSource:
+    """A dataset's manifest, indexes and shard files, wherever they live."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        cache_dir: str | Path | None = None,
+        cache_limit: int | str | None = None,
+        prefetch: int = 2,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.remote = is_remote(path)
+        self._store: Store | None = None
+        self._cache: ShardCache | None = None
+        if not self.remote:
+            self.manifest: Manifest = load_manifest(path)
+            self.root = manifest_path(path).parent
+            self.display = str(self.root)
+            return
+        text = str(path).rstrip("/")
+        root = text.rpartition("/")[0] if text.endswith(".json") else text
+        name = text.rpartition("/")[2] if text.endswith(".json") else MANIFEST_NAME
+        self._store = open_store(root, storage_options=storage_options)
+        self.display = redact_url(root)
+        self.manifest = _parse_manifest(self._store.read(name), f"{self.display}/{name}")
+        self.root = Path()  # unused: files come through the store and the cache
+        self._cache = ShardCache(root, cache_dir, cache_limit, prefetch, storage_options)
+
+    def index(self, entry: ShardEntry, *, check: bool) -> ShardIndex | None:
+        """The shard's index, checked against the manifest's sha256 (unless ``check`` is off)."""
+        if entry.index_path is None:
+            return None
+        fields, version = self.manifest.fields, self.manifest.index_version
+        sha256 = entry.index_sha256 if check else None
+        if self._store is None:
+            return ShardIndex.read(self.root / entry.index_path, entry.num_samples, fields, version=version,
+                                   sha256=sha256)  # fmt: skip
+        data = self._store.read(entry.index_path)
+        return ShardIndex.from_bytes(data, entry.num_samples, fields, version=version, sha256=sha256,
+                                     name=f"{self.display}/{entry.index_path}")  # fmt: skip
+
+    @contextmanager
+    def shard(self, entry: ShardEntry) -> Iterator[Path]:
+        """A local file holding the shard's bytes while the block runs (a remote one is a verified copy)."""
+        if self._cache is None:
+            yield self.root / entry.path
+            return
+        with self._cache.local(entry.path, entry.sha256, entry.num_bytes) as path:
+            yield path
+
+    def plan(self, entries: Sequence[ShardEntry]) -> None:
+        """The shards this process reads next, in order: the cache prefetches and evicts by it."""
+        if self._cache is not None:
+            self._cache.plan(entries)
+
+    def close(self) -> None:
+        if self._cache is not None:
+            self._cache.close()
+
+
+def _parse_manifest(data: bytes, name: str) -> Manifest:
+    try:
+        return Manifest.from_json(json.loads(data))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise DataError(f"manifest {name} is malformed: {exc}") from None
