@@ -105,17 +105,19 @@ class ShardedDataset(IterableDataset[Sample]):
         cache_limit: int | str | None = None,
         prefetch: int = 2,
         storage_options: Mapping[str, Any] | None = None,
+        cache: bool = True,
     ) -> None:
         """``path`` is a dataset folder, its manifest, or a URL of either (``s3://``, ``gs://``,
         ``https://``): remote shards are read through a per-node cache (``cache_dir``, default
         ``$SHARDPIPE_CACHE`` or the user's cache folder; ``cache_limit`` a byte budget such as ``"50GB"``,
         none by default; ``prefetch`` shards fetched ahead). ``storage_options`` go to fsspec (credentials
-        otherwise come as the cloud SDKs take them). ``check=False`` skips the per-sample checksums (and
-        the index's sha256) on every read."""
+        otherwise come as the cloud SDKs take them). ``cache=False`` reads a remote tar or TFRecord
+        shard by byte ranges instead (neighbouring ranges coalesced, the same checks): for very large
+        shards read sparsely. ``check=False`` skips the per-sample checksums (and the index's sha256)."""
         super().__init__()
         self.source = DatasetSource(
             path, cache_dir=cache_dir, cache_limit=cache_limit, prefetch=prefetch,
-            storage_options=storage_options,
+            storage_options=storage_options, cache=cache,
         )  # fmt: skip
         self.manifest: Manifest = self.source.manifest
         self.root = self.source.display
@@ -325,9 +327,9 @@ class _Readers:
     """This process's shard readers; dropped, never used, after a fork.
 
     Local shards stay open (least recently used closed first): a reader opens its file or LMDB
-    environment once and reads many small spans. A remote shard's reader lives for one read, so the
-    cache may evict the shard between reads; its index is kept. Every index is checked against the
-    manifest's sha256 when loaded.
+    environment once and reads many small spans; so do uncached remote ones, read by byte ranges. A cached
+    remote shard's reader lives for one read, so the cache may evict the shard between reads; its index is
+    kept. Every index is checked against the manifest's sha256 when loaded.
     """
 
     def __init__(self, dataset: ShardedDataset) -> None:
@@ -343,24 +345,27 @@ class _Readers:
         if self._pid != os.getpid():  # inherited through a fork: never used here, never closed here
             self._open, self._indexes = OrderedDict(), OrderedDict()
             self._pid = os.getpid()
-        if not self._source.remote:
-            yield self._local(shard_index)
+        if self._source.remote and self._source.cached:
+            index = self._index(shard_index)
+            with (
+                self._source.shard(self._shards[shard_index]) as path,
+                self._format.open_reader(path, index, check=self._check) as reader,
+            ):
+                yield reader
             return
-        index = self._index(shard_index)
-        with (
-            self._source.shard(self._shards[shard_index]) as path,
-            self._format.open_reader(path, index, check=self._check) as reader,
-        ):
-            yield reader
+        yield self._kept(shard_index)
 
-    def _local(self, shard_index: int) -> ShardReader:
+    def _kept(self, shard_index: int) -> ShardReader:
         reader = self._open.get(shard_index)
         if reader is not None:
             self._open.move_to_end(shard_index)
             return reader
-        entry = self._shards[shard_index]
-        with self._source.shard(entry) as path:
-            reader = self._format.open_reader(path, self._index(shard_index), check=self._check)
+        entry, index = self._shards[shard_index], self._index(shard_index)
+        if self._source.remote:  # uncached: byte ranges of the object
+            remote = self._source.ranges(entry)
+            reader = self._format.open_reader(Path(entry.path), index, check=self._check, remote=remote)
+        else:
+            reader = self._format.open_reader(self._source.root / entry.path, index, check=self._check)
         self._open[shard_index] = reader
         while len(self._open) > MAX_OPEN_SHARDS:
             self._open.popitem(last=False)[1].close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,10 @@ class DatasetSource:
         cache_limit: int | str | None = None,
         prefetch: int = 2,
         storage_options: Mapping[str, Any] | None = None,
+        cache: bool = True,
     ) -> None:
         self.remote = is_remote(path)
+        self.cached = cache or not self.remote
         self._store: Store | None = None
         self._cache: ShardCache | None = None
         if not self.remote:
@@ -50,7 +53,8 @@ class DatasetSource:
         self.display = redact_url(root)
         self.manifest = _parse_manifest(self._store.read(name), f"{self.display}/{name}")
         self.root = Path()  # unused: files come through the store and the cache
-        self._cache = ShardCache(root, cache_dir, cache_limit, prefetch, storage_options)
+        if cache:
+            self._cache = ShardCache(root, cache_dir, cache_limit, prefetch, storage_options)
 
     def index(self, entry: ShardEntry, *, check: bool) -> ShardIndex | None:
         """The shard's index, checked against the manifest's sha256 (unless ``check`` is off)."""
@@ -74,6 +78,12 @@ class DatasetSource:
         with self._cache.local(entry.path, entry.sha256, entry.num_bytes) as path:
             yield path
 
+    def ranges(self, entry: ShardEntry) -> RemoteShard:
+        """The shard read by byte ranges, without a local copy (``cache=False``)."""
+        if self._store is None:
+            raise ValueError(f"{self.display} is a local dataset: it reads its files, not byte ranges")
+        return RemoteShard(self._store, entry.path, f"{self.display}/{entry.path}", entry.num_bytes)
+
     def plan(self, entries: Sequence[ShardEntry]) -> None:
         """The shards this process reads next, in order: the cache prefetches and evicts by it."""
         if self._cache is not None:
@@ -82,6 +92,19 @@ class DatasetSource:
     def close(self) -> None:
         if self._cache is not None:
             self._cache.close()
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteShard:
+    """``shardpipe.formats.RemoteBytes`` over one object of a store."""
+
+    store: Store
+    key: str
+    name: str
+    size: int
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        return self.store.read_ranges(self.key, ranges)
 
 
 def _parse_manifest(data: bytes, name: str) -> Manifest:

@@ -153,3 +153,34 @@ def test_three_gloo_ranks_read_s3_in_the_local_order(
         loader = make_loader(ShardedDataset(local, seed=11, rank=rank, world_size=3), 4, num_workers=2)
         loader.set_epoch(1)
         assert batches == [b["__key__"] for b in loader]
+
+
+@pytest.mark.parametrize("fmt", ["tar", "tfrecord"])
+def test_cache_false_reads_by_coalesced_byte_ranges_with_the_same_checks(
+    s3: S3Server, s3_root: str, tmp_path: Path, fmt: str
+) -> None:
+    local = pack_dataset(tmp_path / "packs", fmt, 47, max_samples=25)  # 2 shards
+    options = s3.storage_options()
+    upload(local, s3_root, options)
+    s3.control.reset_counts()
+    remote = ShardedDataset(s3_root, rank=0, world_size=1, seed=5, storage_options=options, cache=False)
+    assert keys(remote) == keys(ShardedDataset(local, rank=0, world_size=1, seed=5))
+    shard_gets = sum(s3.control.count("GET", e.path) for e in load_manifest(local).splits["train"])
+    num_spans = 47 // 4 + 2  # blocks of 4 samples, cut at shard ends: far more spans than requests
+    assert 0 < shard_gets < num_spans  # a window's neighbouring spans travel in one request
+    entry = load_manifest(local).splits["train"][1]
+    data = bytearray((local / entry.path).read_bytes())
+    data[700] ^= 0xFF
+    open_store(s3_root, storage_options=options).put(entry.path, bytes(data))
+    with pytest.raises(CorruptShardError, match=entry.path):
+        list(ShardedDataset(s3_root, rank=0, world_size=1, storage_options=options, cache=False))
+
+
+def test_cache_false_refuses_lmdb(s3: S3Server, s3_root: str, tmp_path: Path) -> None:
+    from shardpipe.errors import UsageError
+
+    local = pack_dataset(tmp_path, "lmdb", 10)
+    options = s3.storage_options()
+    upload(local, s3_root, options)
+    with pytest.raises(UsageError, match="cannot be read by byte ranges"):
+        list(ShardedDataset(s3_root, rank=0, world_size=1, storage_options=options, cache=False))

@@ -60,6 +60,21 @@ ColumnsOut = tuple[list[str], dict[str, list[bytes | None]]]
 sample lacks the field)."""
 
 
+class RemoteBytes(Protocol):
+    """A remote shard read by byte ranges (``shardpipe.storage``): for sparse reads without a local copy."""
+
+    @property
+    def name(self) -> str:
+        """Where the bytes live, for error messages (no credentials)."""
+
+    @property
+    def size(self) -> int:
+        """The object's size, as the manifest records it."""
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each ``[start, stop)``, fetched with neighbouring ranges coalesced."""
+
+
 class ShardReader(Protocol):
     """One shard opened once; ``read`` may be called for many spans. Not to be shared across a fork."""
 
@@ -93,9 +108,13 @@ class Format(Protocol):
     def open_writer(self, path: Path) -> ShardWriter:
         """Start a shard at ``path`` (the caller renames it into place when complete)."""
 
-    def open_reader(self, path: Path, index: Offsets | None, *, check: bool = True) -> ShardReader:
+    def open_reader(
+        self, path: Path, index: Offsets | None, *, check: bool = True, remote: RemoteBytes | None = None
+    ) -> ShardReader:
         """Open the shard at ``path`` for reading spans; ``index`` is its ``ShardIndex`` (or plain sample
         offsets, then the reader parses; LMDB needs neither). ``check=False`` skips the per-sample checks.
+        With ``remote``, the bytes come by range requests instead of from a local file (formats read by
+        byte offset only; LMDB needs a local file).
 
         Raises :class:`~shardpipe.errors.DataError` when the file is missing or shorter than its index.
         """

@@ -29,7 +29,7 @@ import lmdb
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.formats import Column, ColumnsOut, Fields, Offsets, framing
+from shardpipe.formats import Column, ColumnsOut, Fields, Offsets, RemoteBytes, framing
 from shardpipe.formats.layout import (
     KEY_START,
     KEY_STOP,
@@ -312,7 +312,19 @@ class LmdbFormat:
     def open_writer(self, path: Path) -> LmdbWriter:
         return LmdbWriter(path)
 
-    def open_reader(self, path: Path, index: Offsets | None = None, *, check: bool = True) -> LmdbReader:
+    def open_reader(
+        self,
+        path: Path,
+        index: Offsets | None = None,
+        *,
+        check: bool = True,
+        remote: RemoteBytes | None = None,
+    ) -> LmdbReader:
+        if remote is not None:
+            raise UsageError(
+                f"LMDB shard {remote.name} cannot be read by byte ranges (LMDB maps a local file); read it "
+                "through the cache (cache=True)"
+            )
         return LmdbReader(path, index, check=check)
 
     def read(

@@ -20,7 +20,7 @@ from typing import TypeVar, cast
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.formats import ColumnsOut, Fields, Offsets
+from shardpipe.formats import ColumnsOut, Fields, Offsets, RemoteBytes
 from shardpipe.formats.layout import (
     OFFSET,
     Rows,
@@ -43,8 +43,12 @@ class SpanReader:
 
     format_name = ""
 
-    def __init__(self, path: Path, index: Offsets | None, *, check: bool = True) -> None:
-        self._shard = str(path)
+    def __init__(
+        self, path: Path, index: Offsets | None, *, check: bool = True, remote: RemoteBytes | None = None
+    ) -> None:
+        """``remote``: read by byte ranges (no local file); spans of one ``read_runs`` call are fetched
+        together, neighbouring ranges coalesced, and checked like local bytes."""
+        self._shard = remote.name if remote is not None else str(path)
         if index is None:
             raise DataError(f"reading {self.format_name} shard {path} needs its offset index")
         self._index = index
@@ -53,8 +57,18 @@ class SpanReader:
         self._check_framing = check and not self._verified
         """Whether the format's own checks run instead (a version-1 index, or plain offsets)."""
         self._buffer = bytearray()
-        self._fd = _open_checked(path, int(index[len(index) - 1]))
-        self._closer = weakref.finalize(self, os.close, self._fd)
+        self._remote = remote
+        self._fetched: dict[int, bytes] = {}  # base offset -> bytes of a run, fetched ahead by read_runs
+        end = int(index[len(index) - 1])
+        if remote is not None:
+            if remote.size < end:
+                raise CorruptShardError(
+                    self._shard, f"object is {remote.size:,} bytes, its index ends at {end:,}"
+                )
+            self._fd = -1
+        else:
+            self._fd = _open_checked(path, end)
+        self._closer = weakref.finalize(self, _close, self._fd)
 
     def read(self, start: int, stop: int) -> Iterator[tuple[str, Fields]]:
         """Yield ``(key, fields)`` for samples ``start <= i < stop``."""
@@ -81,6 +95,9 @@ class SpanReader:
         index = self._index
         fast = isinstance(index, ShardIndex) and not self._check_framing
         all_rows = self._rows_of(runs) if fast else [None] * len(runs)
+        if self._remote is not None and fast:
+            wanted = [(rows[0][OFFSET], rows[-1][OFFSET]) for rows in all_rows if rows is not None]
+            self._fetched = dict(zip((a for a, _ in wanted), self._remote.read_ranges(wanted), strict=True))
         for (start, stop), rows in zip(runs, all_rows, strict=True):
             if rows is not None and rows[-1][OFFSET] - rows[0][OFFSET] <= READ_CHUNK and is_plain(rows):
                 base = rows[0][OFFSET]
@@ -115,7 +132,16 @@ class SpanReader:
             raise CorruptShardError(self._shard, detail, sample_index=min(max(start, 0), num_samples))
 
     def _pread(self, base: int, size: int, sample_index: int) -> memoryview:
-        """``size`` bytes from ``base`` into the reused buffer."""
+        """``size`` bytes from ``base`` into the reused buffer (or as fetched from a remote shard)."""
+        if self._remote is not None:
+            data = self._fetched.pop(base, None)
+            if data is None or len(data) != size:
+                data = self._remote.read_ranges([(base, base + size)])[0]
+            if len(data) != size:
+                raise CorruptShardError(
+                    self._shard, "object ends inside the span", sample_index=sample_index, offset=base
+                )
+            return memoryview(data)
         if size > len(self._buffer):
             self._buffer = bytearray(size)
         view = memoryview(self._buffer)[:size]
@@ -200,6 +226,11 @@ class SpanReader:
         self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _close(fd: int) -> None:
+    if fd >= 0:
+        os.close(fd)
 
 
 def _open_checked(path: Path, end: int) -> int:

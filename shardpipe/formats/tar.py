@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats import WRITE_BUFFER, Column, Fields, Offsets
+from shardpipe.formats import WRITE_BUFFER, Column, Fields, Offsets, RemoteBytes
 from shardpipe.formats.layout import (
     CHECKSUM,
     KEY_START,
@@ -238,8 +238,10 @@ class TarFormat:
     def open_writer(self, path: Path) -> TarWriter:
         return TarWriter(path)
 
-    def open_reader(self, path: Path, index: Offsets | None, *, check: bool = True) -> TarReader:
-        return TarReader(path, index, check=check)
+    def open_reader(
+        self, path: Path, index: Offsets | None, *, check: bool = True, remote: RemoteBytes | None = None
+    ) -> TarReader:
+        return TarReader(path, index, check=check, remote=remote)
 
     def read(
         self, path: Path, start: int, stop: int, offsets: Offsets | None, *, check: bool = True

@@ -20,7 +20,7 @@ import numpy as np
 from crc32c import crc32c
 
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats import WRITE_BUFFER, Column, Fields, Offsets
+from shardpipe.formats import WRITE_BUFFER, Column, Fields, Offsets, RemoteBytes
 from shardpipe.formats.layout import (
     CHECKSUM,
     KEY_STOP,
@@ -201,8 +201,10 @@ class TfrecordFormat:
     def open_writer(self, path: Path) -> TfrecordWriter:
         return TfrecordWriter(path)
 
-    def open_reader(self, path: Path, index: Offsets | None, *, check: bool = True) -> TfrecordReader:
-        return TfrecordReader(path, index, check=check)
+    def open_reader(
+        self, path: Path, index: Offsets | None, *, check: bool = True, remote: RemoteBytes | None = None
+    ) -> TfrecordReader:
+        return TfrecordReader(path, index, check=check, remote=remote)
 
     def read(
         self, path: Path, start: int, stop: int, offsets: Offsets | None, *, check: bool = True
