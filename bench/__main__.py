@@ -41,6 +41,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--checks", action="store_true", help="add shardpipe-*-nocheck contenders: the price of the checks"
     )
+    p.add_argument(
+        "--remote", action="store_true",
+        help="read the tar shards from a loopback S3 server (cold and warm cache) beside the local copy "
+        "and webdataset over the same server; the small profile unless --profile says otherwise",
+    )  # fmt: skip
+    p.add_argument("--latency-ms", type=float, default=20.0, help="--remote: latency per request")
+    p.add_argument(
+        "--bandwidth-mb", type=float, default=200.0, help="--remote: MB/s per response (0: no cap)"
+    )
     p.add_argument("--out", type=Path, default=Path("bench-results"))
     p.add_argument(
         "--cache", type=Path, help="data cache, reused by fingerprint (default bench-results/cache)"
@@ -49,6 +58,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     names = [n for n in args.contenders.split(",") if n]
     if args.checks:
         names += [n for n in contenders.CHECK_OFF if n not in names]
+    if args.remote:
+        from bench import remote_io
+
+        names = list(remote_io.NAMES)
+        contenders.BUILDERS.update(dict.fromkeys(names, contenders.BUILDERS["shardpipe-tar"]))  # see _remote
+        if args.profile == "both":
+            args.profile = "small"
     unknown = sorted(set(names) - set(contenders.BUILDERS))
     if unknown:
         p.error(f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(contenders.BUILDERS)}")
@@ -94,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
             "compute_flops_per_step": step.flops if isinstance(step, BusyStep) else None,
             "compute_iterations": step.iterations if isinstance(step, BusyStep) else None,
         }
+        if args.remote:
+            results.extend(_remote(args, dataset, settings, step, warmup, steps, profile_name))
+            continue
         for cache in caches:
             floor = system.floor(dataset.shard_files("tar"), dataset.payload_bytes, cold=cache == "cold")
             runs: dict[str, list[Any]] = {n: [] for n in args.contenders}
@@ -135,6 +154,46 @@ def main(argv: list[str] | None = None) -> int:
     print(report.table(results))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
+
+
+def _remote(
+    args: argparse.Namespace, dataset: Any, settings: contenders.LoaderSettings, step: Any, warmup: int,
+    steps: int, profile_name: str,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """The ``--remote`` group: interleaved repeats over the loopback S3 server, bytes fetched per run."""
+    import shutil
+
+    from bench import remote_io
+    from bench.remote import loopback_s3, upload_dataset
+
+    bandwidth = args.bandwidth_mb * 1e6 if args.bandwidth_mb > 0 else None
+    cache_root = args.out / "remote-cache"
+    shutil.rmtree(cache_root, ignore_errors=True)
+    cache_root.mkdir(parents=True)
+    with loopback_s3(latency_s=args.latency_ms / 1000, bandwidth=bandwidth) as endpoint:
+        upload_dataset(dataset.packed("tar"), endpoint)
+        remote_io.register(endpoint, cache_root, dataset)
+        runs: dict[str, list[Any]] = {n: [] for n in args.contenders}
+        fetched: dict[str, list[int]] = {n: [] for n in args.contenders}
+        for repeat in range(args.repeats):
+            shift = repeat % len(args.contenders)
+            for name in args.contenders[shift:] + args.contenders[:shift]:
+                endpoint.control.reset_counts()
+                run = run_once(name, dataset, settings, step, warmup=warmup, steps=steps,
+                               cold=name in remote_io.COLD)  # fmt: skip
+                runs[name].append(run)
+                fetched[name].append(endpoint.control.bytes_sent)
+                speed = f"{run.samples_per_s:11,.0f} samples/s  fetched {fetched[name][-1] / 1e6:,.1f} MB"
+                print(f"  {profile_name:5} remote #{repeat + 1} {name:18} {speed}", flush=True)
+    shutil.rmtree(cache_root, ignore_errors=True)
+    entries = [summarize(n, runs[n], args.threshold) for n in args.contenders]
+    floor = system.floor(dataset.shard_files("tar"), dataset.payload_bytes, cold=False)
+    report.add_ratios(entries, floor["payload_mb_per_s"])
+    for entry in entries:
+        entry.update(profile=profile_name, cache="remote", floor=floor, eviction=None,
+                     fetched_mb=[b / 1e6 for b in fetched[entry["contender"]]],
+                     latency_ms=args.latency_ms, bandwidth_mb=args.bandwidth_mb)  # fmt: skip
+    return entries
 
 
 if __name__ == "__main__":

@@ -119,9 +119,13 @@ def _lmdb_loop(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
 
 
 def _webdataset(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
+    return webdataset_loader([str(p) for p in data.shard_files("tar")], s)
+
+
+def webdataset_loader(urls: list[str], s: LoaderSettings) -> Iterable[Any]:
+    """webdataset's own pipeline over tar shards (paths or ``pipe:`` URLs), set up as its users do."""
     import webdataset as wds
 
-    urls = [str(p) for p in data.shard_files("tar")]
     pipeline = (
         wds.WebDataset(urls, shardshuffle=len(urls), seed=SEED, empty_check=False)
         .shuffle(SHUFFLE_BUFFER)

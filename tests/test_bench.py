@@ -64,3 +64,25 @@ def test_report_records_what_makes_results_comparable(report: dict) -> None:
     for key in ("batch_size", "workers", "repeats", "warmup", "steps", "compute_ms", "cold"):
         assert key in report["parameters"]
     assert {"warmup", "window", "repeats", "verdict", "floor"} <= set(report["rules"])
+
+
+def test_remote_mode_reads_through_the_loopback_s3_server(tmp_path: Path) -> None:
+    """``--remote``: every remote contender runs, and the bytes each fetched say what the cache did: the
+    cold cache fetched every shard once, the warm one only the manifest and indexes, the local ones none."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "bench", "--quick", "--remote", "--out", str(out), "--cache",
+               str(tmp_path / "data")]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    results = {r["contender"]: r for r in json.loads((out / "report.json").read_text())["results"]}
+    assert set(results) == {
+        "local-tar-cold",
+        "local-tar-warm",
+        "s3-tar-cold",
+        "s3-tar-warm",
+        "webdataset-http",
+    }
+    shard_mb = sum(p.stat().st_size for p in (tmp_path / "data").rglob("*.tar")) / 1e6
+    assert results["local-tar-cold"]["fetched_mb"] == [0.0]
+    assert shard_mb <= results["s3-tar-cold"]["fetched_mb"][0] < 1.2 * shard_mb
+    assert results["s3-tar-warm"]["fetched_mb"][0] < 0.2 * shard_mb

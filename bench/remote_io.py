@@ -1,0 +1,92 @@
+"""``make bench-io ARGS="--remote"``: the same read, with the tar shards in a loopback S3 server.
+
+The server (``bench.remote.loopback_s3``) answers every request after an injected latency and caps each
+response's bandwidth. Contenders, side by side in one run:
+
+- ``local-tar-cold`` / ``local-tar-warm``: shardpipe over the local copy, files evicted before each run
+  (cold) or read in first (warm): the references;
+- ``s3-tar-cold``: shardpipe over ``s3://`` with an empty cache folder each run (every shard downloaded,
+  prefetch overlapping download and reading);
+- ``s3-tar-warm``: the same with the cache already filled by an untimed epoch;
+- ``webdataset-http``: webdataset reading the same tars from the same server through ``pipe:curl``.
+
+Each run also records the bytes the server sent, so "no shard fetched twice per node" is a figure.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from bench import contenders
+from bench.contenders import LoaderSettings
+from bench.data import Dataset as BenchData
+from bench.remote import Endpoint
+from loaders import ShardedDataset, make_loader
+
+NAMES = ("local-tar-cold", "local-tar-warm", "s3-tar-cold", "s3-tar-warm", "webdataset-http")
+COLD = {"local-tar-cold"}
+"""Contenders whose local files are evicted from the page cache before each run."""
+
+
+def register(endpoint: Endpoint, cache_root: Path, data: BenchData) -> None:
+    """Add the remote contenders to ``bench.contenders`` for this endpoint, and fill the warm cache."""
+    warm = cache_root / "warm"
+    shutil.rmtree(warm, ignore_errors=True)
+
+    def s3(cache_dir: Callable[[], Path]) -> Callable[[BenchData, LoaderSettings], Iterable[Any]]:
+        def build(_: BenchData, s: LoaderSettings) -> Iterable[Any]:
+            dataset = ShardedDataset(
+                endpoint.root, shuffle=True, seed=contenders.SEED, shuffle_buffer=contenders.SHUFFLE_BUFFER,
+                storage_options=endpoint.storage_options, cache_dir=cache_dir(),
+            )  # fmt: skip
+            return _loader(dataset, s)
+
+        return build
+
+    def fresh() -> Path:
+        return Path(tempfile.mkdtemp(prefix="cold-", dir=cache_root))
+
+    local = contenders.BUILDERS["shardpipe-tar"]
+    contenders.BUILDERS.update(
+        {
+            "local-tar-cold": local,
+            "local-tar-warm": local,
+            "s3-tar-cold": s3(fresh),
+            "s3-tar-warm": s3(lambda: warm),
+            "webdataset-http": lambda d, s: _webdataset(endpoint, d, s),
+        }
+    )
+    for _ in contenders.BUILDERS["s3-tar-warm"](data, LoaderSettings(64, 0)):  # fills the warm cache
+        pass
+
+
+def _loader(dataset: ShardedDataset, s: LoaderSettings) -> Iterable[Any]:
+    kwargs = s.dataloader_kwargs()
+    return make_loader(
+        dataset, s.batch_size, s.num_workers, pin_memory=kwargs["pin_memory"],
+        persistent_workers=kwargs["persistent_workers"], prefetch_factor=kwargs["prefetch_factor"],
+    )  # fmt: skip
+
+
+def _webdataset(endpoint: Endpoint, data: BenchData, s: LoaderSettings) -> Iterable[Any]:
+    """webdataset over the same server: each tar through ``pipe:curl`` of a presigned URL (the server
+    answers anonymous requests 403, as a private bucket does)."""
+    import boto3
+
+    options = endpoint.storage_options
+    client = boto3.client(
+        "s3", endpoint_url=options["endpoint_url"], aws_access_key_id=options["key"],
+        aws_secret_access_key=options["secret"], region_name=options["client_kwargs"]["region_name"],
+    )  # fmt: skip
+    bucket, _, prefix = endpoint.root.removeprefix("s3://").partition("/")
+    root = data.packed("tar")
+    urls = []
+    for path in data.shard_files("tar"):
+        key = f"{prefix}/{path.relative_to(root).as_posix()}"
+        signed = client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key})
+        urls.append(f"pipe:curl -s -f '{signed}'")
+    return contenders.webdataset_loader(urls, s)
