@@ -155,6 +155,27 @@ def _in_process(fmt: str, workers: int, max_samples: int) -> Callable[[Path, Pat
     return run
 
 
+RAY = "shardpipe tar on Ray (in-process)"
+RAY_TARGETS = {"small": 0.7, "large": 0.85}  # Ray engine / local engine, in-process (issue 12)
+ENGINES: list[Any] = []  # executors started for contenders; shut down when the benchmark ends
+
+
+def _on_ray(workers: int, max_samples: int) -> Callable[[Path, Path], None]:
+    """``pack()`` with the Ray engine; Ray is started once, before timing (its start-up is reported by
+    ``python -m bench.ray_pack``, which also measures the per-task cost and the listing rate)."""
+    from shardpipe.pack import PackOptions, init_worker, pack
+    from shardpipe.ray_engine import RayExecutor
+
+    executor = RayExecutor(max_workers=workers, initializer=init_worker)
+    ENGINES.append(executor)
+    options = PackOptions(format="tar", max_samples=max_samples, max_bytes=None, workers=workers)
+
+    def run(tree: Path, out: Path) -> None:
+        pack(tree, out / "ds", options, quiet=True, executor=executor)
+
+    return run
+
+
 def _shardwriter(max_samples: int) -> Callable[[Path, Path], None]:
     import webdataset  # noqa: F401 - imported before timing: the in-process row excludes its import
 
@@ -172,7 +193,7 @@ def _shardwriter_script(max_samples: int) -> Callable[[Path, Path], None]:
     return run
 
 
-def contenders(workers: int, max_samples: int) -> list[Contender]:
+def contenders(workers: int, max_samples: int, engine: str = "local") -> list[Contender]:
     found = [Contender(TAR, "baseline", _tar_cf), Contender(TAR_FSYNC, "reference", _tar_cf_fsync)]
     found += [Contender(f"shardpipe {f}", "cli", _cli(f, workers, max_samples)) for f in FORMATS]
     found += [
@@ -181,6 +202,8 @@ def contenders(workers: int, max_samples: int) -> list[Contender]:
     ]
     found.append(Contender(SHARDWRITER, "reference", _shardwriter(max_samples)))
     found.append(Contender(SHARDWRITER_SCRIPT, "reference", _shardwriter_script(max_samples)))
+    if engine == "ray":
+        found.append(Contender(RAY, "in-process", _on_ray(workers, max_samples)))
     return found
 
 
@@ -277,6 +300,10 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 value = paired_ratio(times[TAR], times[f"shardpipe {fmt}"])
                 name = f"shardpipe {fmt} >= {FORMAT_TARGET}x {TAR}"
                 found.append(_target(profile, name, value, FORMAT_TARGET))
+        if {RAY, "shardpipe tar (in-process)"} <= times.keys() and profile in RAY_TARGETS:
+            value = paired_ratio(times["shardpipe tar (in-process)"], times[RAY])
+            name = f"Ray engine >= {RAY_TARGETS[profile]:g}x the local engine (in-process, tar)"
+            found.append(_target(profile, name, value, RAY_TARGETS[profile]))
         threshold = SHARDWRITER_TARGETS.get(profile)
         if threshold is not None and {"shardpipe tar", SHARDWRITER_SCRIPT} <= times.keys():
             value = paired_ratio(times[SHARDWRITER_SCRIPT], times["shardpipe tar"])
@@ -372,6 +399,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "pack")
     parser.add_argument("--cache", type=Path, default=ROOT / "bench-results" / "pack-cache")
     parser.add_argument("--only", help="comma-separated contender names to run (tar cf always runs)")
+    parser.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="ray: add the Ray engine beside the local one",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.small, args.large, args.repeats = 3_000, 300, 1
@@ -393,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         tree = build_tree(profile, args.cache)
         files, total = warm(tree)
         assert (files, total) == (profile.num_samples, profile.payload_bytes), (files, total)
-        entries = contenders(args.workers, max_samples)
+        entries = contenders(args.workers, max_samples, args.engine)
         if args.only:
             wanted = {TAR, *(name.strip() for name in args.only.split(","))}
             entries = [c for c in entries if c.name in wanted]
@@ -406,7 +439,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{profile.name}: {profile.num_samples:,} x {profile.sample_bytes:,} B, {args.repeats} round(s)"
         )
-        rows += time_profile(profile, tree, work, entries, args.repeats, log=not args.quick)
+        try:
+            rows += time_profile(profile, tree, work, entries, args.repeats, log=not args.quick)
+        finally:
+            for engine in ENGINES:
+                engine.shutdown()
+            ENGINES.clear()
     costs = {"cli_startup_s": cli_startup(args.workers, work)}
     shutil.rmtree(work, ignore_errors=True)
 
