@@ -32,7 +32,6 @@ from statistics import median
 from typing import Any
 
 import psutil
-from shardpipe.tuning import pausing_gc
 
 from bench.pack_bench import ROOT, Profile, build_tree, warm
 from bench.system import hardware, versions
@@ -40,6 +39,7 @@ from shardpipe.formats import get_format
 from shardpipe.manifest import ShardEntry
 from shardpipe.pack import PackOptions, init_worker
 from shardpipe.plan import plan_jobs
+from shardpipe.process_settings import pausing_gc
 from shardpipe.sources import scan_source
 from shardpipe.write import write_shard
 
