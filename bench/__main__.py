@@ -37,16 +37,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, help="measured steps per run (default per profile)")
     p.add_argument("--threshold", type=float, default=0.1, help="wait fraction above which: input-bound")
     p.add_argument("--cold", action="store_true", help="also run with the files evicted from the page cache")
-    p.add_argument("--contenders", default=",".join(contenders.NAMES), help="comma-separated subset")
+    p.add_argument(
+        "--contenders",
+        default=",".join(contenders.NAMES),
+        help="comma-separated subset, or variants: " + ", ".join(contenders.VARIANTS),
+    )
     p.add_argument("--out", type=Path, default=Path("bench-results"))
     p.add_argument(
         "--cache", type=Path, help="data cache, reused by fingerprint (default bench-results/cache)"
     )
     args = p.parse_args(argv)
     names = [n for n in args.contenders.split(",") if n]
-    unknown = sorted(set(names) - set(contenders.NAMES))
+    known = contenders.NAMES + contenders.VARIANTS
+    unknown = sorted(set(names) - set(known))
     if unknown:
-        p.error(f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(contenders.NAMES)}")
+        p.error(f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(known)}")
     for flag in ("batch_size", "repeats", "steps"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")

@@ -22,6 +22,7 @@ from bench import lmdb_loop
 from bench.data import Dataset as BenchData
 from bench.data import label_of
 from loaders import ShardedDataset, collate_samples, make_loader
+from loaders.transport import Transport
 
 NAMES = (
     "raw-files",
@@ -32,6 +33,8 @@ NAMES = (
     "shardpipe-tfrecord",
     "in-memory",
 )
+VARIANTS = ("shardpipe-tar-pipe", "shardpipe-tar-ring")
+"""Run only when named in ``--contenders``: shardpipe-tar with its transport forced (loaders.transport)."""
 SHUFFLE_BUFFER = 1024  # samples, for every contender that has a buffer (shardpipe's default)
 SEED = 0
 
@@ -132,7 +135,9 @@ def _webdataset(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
     return loader
 
 
-def _shardpipe(format_name: str) -> Callable[[BenchData, LoaderSettings], Iterable[Any]]:
+def _shardpipe(
+    format_name: str, transport: Transport = "auto"
+) -> Callable[[BenchData, LoaderSettings], Iterable[Any]]:
     def build_one(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
         dataset = ShardedDataset(
             data.packed(format_name), shuffle=True, seed=SEED, shuffle_buffer=SHUFFLE_BUFFER
@@ -145,6 +150,7 @@ def _shardpipe(format_name: str) -> Callable[[BenchData, LoaderSettings], Iterab
             pin_memory=kwargs["pin_memory"],
             persistent_workers=kwargs["persistent_workers"],
             prefetch_factor=kwargs["prefetch_factor"],
+            transport=transport,
         )
 
     return build_one
@@ -161,6 +167,8 @@ BUILDERS: dict[str, Callable[[BenchData, LoaderSettings], Iterable[Any]]] = {
     "shardpipe-tar": _shardpipe("tar"),
     "shardpipe-lmdb": _shardpipe("lmdb"),
     "shardpipe-tfrecord": _shardpipe("tfrecord"),
+    "shardpipe-tar-pipe": _shardpipe("tar", "pipe"),
+    "shardpipe-tar-ring": _shardpipe("tar", "ring"),
     "in-memory": _in_memory,
 }
 
