@@ -37,7 +37,7 @@ from shardpipe.errors import UsageError
 
 Transport = Literal["auto", "pipe", "ring"]
 TRANSPORTS = ("auto", "pipe", "ring")
-AUTO_MIN_BATCH_BYTES = 256 << 10
+AUTO_MIN_BATCH_BYTES = 64 << 10
 """``transport="auto"`` takes the ring from this expected batch size (see docs/performance.md)."""
 EXTRA_SLOTS = 2  # over prefetch_factor: a worker rarely has more batches unread than it was asked for
 MIN_SLOT_BYTES = 64 << 10
@@ -93,10 +93,20 @@ Layout = list[tuple[str, str, Any]]  # (field, kind, info) in slot order
 class Ring:
     """``num_slots`` slots of ``slot_bytes`` per worker in shared memory, and their counters."""
 
-    memory: torch.Tensor  # (num_workers, num_slots, slot_bytes) uint8, shared
-    counts: torch.Tensor  # (num_workers, 2) int64, shared: [written, freed]
+    memory: torch.Tensor = field(repr=False)  # (num_workers, num_slots, slot_bytes) uint8, shared
+    counts: torch.Tensor = field(repr=False)  # (num_workers, 2) int64, shared: [written, freed]
     token: int  # names this ring in the main process's registry
     parent_pid: int  # the main process: a worker whose parent changed knows it is gone
+    # NumPy views of the same memory: indexing them costs far less than indexing the tensors
+    _slots: np.ndarray = field(init=False, repr=False, compare=False)
+    _counts: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_slots", self.memory.numpy())
+        object.__setattr__(self, "_counts", self.counts.numpy())
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:  # the tensors travel, never the views
+        return Ring, (self.memory, self.counts, self.token, self.parent_pid)
 
     @classmethod
     def create(cls, num_workers: int, num_slots: int, slot_bytes: int) -> Ring:
@@ -121,6 +131,10 @@ class Ring:
     def nbytes(self) -> int:
         return self.memory.nbytes
 
+    def slot(self, worker: int, seq: int) -> np.ndarray:
+        """The bytes of the slot that holds the worker's batch ``seq``."""
+        return self._slots[worker, seq % self.num_slots]  # type: ignore[no-any-return]
+
     def wait_for_slot(
         self,
         worker: int,
@@ -132,9 +146,10 @@ class Ring:
     ) -> int | None:
         """The sequence number of the worker's next slot once it is free, or None after ``timeout_s``;
         sleeps with backoff in between and raises ``RingStalledError`` if the main process is gone."""
-        written = int(self.counts[worker, 0])
+        counts = self._counts[worker]
+        written = int(counts[0])
         started, delay = clock(), _MIN_DELAY_S
-        while written - int(self.counts[worker, 1]) >= self.num_slots:
+        while written - int(counts[1]) >= self.num_slots:
             if parent_pid() != self.parent_pid:
                 raise RingStalledError(
                     f"loader worker {worker}: the main process (pid {self.parent_pid}) is gone; stopping"
@@ -146,24 +161,24 @@ class Ring:
         return written
 
     def fits(self, pieces: list[np.ndarray]) -> bool:
-        return sum(_aligned(len(p)) for p in pieces) <= self.memory.shape[2]
+        return sum(_aligned(len(p)) for p in pieces) <= int(self.memory.shape[2])
 
     def put(self, worker: int, seq: int, pieces: list[np.ndarray], layout: Layout) -> RingBatch:
         """Copy a batch's pieces (``split_batch``) into slot ``seq`` and mark it written."""
-        target = self.memory[worker, seq % self.num_slots].numpy()
+        target = self.slot(worker, seq)
         pos = 0
         for piece in pieces:
             target[pos : pos + len(piece)] = piece
             pos += _aligned(len(piece))
-        self.counts[worker, 0] = seq + 1
+        self._counts[worker, 0] = seq + 1
         return RingBatch(self.token, worker, seq, layout)
 
     def take(self, worker: int, seq: int, layout: Layout) -> Batch:
         """Copy batch ``seq`` out of the worker's slot and free the slot (main process)."""
-        freed = int(self.counts[worker, 1])
+        freed = int(self._counts[worker, 1])
         if seq != freed:
             raise RuntimeError(f"ring of worker {worker}: found batch {seq}, expected {freed} (out of order)")
-        source = self.memory[worker, seq % self.num_slots].numpy()
+        source = self.slot(worker, seq)
         batch, pos = Batch(), 0
         for name, kind, info in layout:
             if kind == "ragged":
@@ -180,7 +195,7 @@ class Ring:
                 pos += _aligned(size)
             else:
                 batch[name] = info
-        self.counts[worker, 1] = seq + 1
+        self._counts[worker, 1] = seq + 1
         return batch
 
 
@@ -266,7 +281,7 @@ class RingSender:
             return batch
         started = clock()
         seq = ring.wait_for_slot(worker, self.wait_s, clock=clock, sleep=sleep, parent_pid=parent_pid)
-        freed = int(ring.counts[worker, 1])
+        freed = int(ring._counts[worker, 1])
         if freed != self._freed_seen:
             self._freed_seen, self._waited_s = freed, 0.0
         if seq is None:

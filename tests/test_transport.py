@@ -194,6 +194,21 @@ def test_batches_through_the_ring_equal_batches_through_the_pipe(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_an_abandoned_epoch_frees_its_slots_before_the_next(packed: Path, context: str) -> None:
+    """Persistent workers: batches left in flight by a ``break`` are read (and freed) when the next epoch
+    starts, so the counters stay in step and the next epoch is exact."""
+    pipe, ring = loader(packed, "pipe", 2, True, context), loader(packed, "ring", 2, True, context)
+    iterator = iter(ring)
+    next(iterator), next(iterator)  # then abandoned, with batches in flight
+    pipe.set_epoch(1)
+    ring.set_epoch(1)
+    assert [as_lists(b) for b in ring] == [as_lists(b) for b in pipe]
+    (live,) = tp._RINGS.values()
+    assert live.counts[:, 0].tolist() == live.counts[:, 1].tolist()
+
+
+@pytest.mark.timeout(120)
 def test_a_batch_larger_than_a_slot_falls_back_and_still_equals(
     packed: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -228,6 +243,11 @@ def test_no_ring_without_workers_or_for_the_per_sample_path(packed: Path) -> Non
     assert [as_lists(b) for b in with_collate]
     assert len(tp._RINGS) == 0
     assert loader(packed, "auto", 1, False, "fork")._make_ring() is None  # tiny samples: the pipe
+
+
+def test_make_loader_refuses_an_unknown_transport(packed: Path) -> None:
+    with pytest.raises(ValueError, match="transport must be one of auto, pipe, ring, got 'shm'"):
+        loader(packed, "shm", 0, False, None)  # type: ignore[arg-type]
 
 
 def open_fds() -> set[str]:

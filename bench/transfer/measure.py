@@ -111,6 +111,7 @@ def components(batch_size: int, sample_bytes: int, calls: int) -> dict[str, floa
         "ring_read_us": [],
         "ring_view_us": [],
     }
+    layout = split_batch(batch)[1]
     for seq in range(0, 2 * calls, 2):
         t0 = time.perf_counter_ns()
         ForkingPickler.dumps(batch)
@@ -119,11 +120,11 @@ def components(batch_size: int, sample_bytes: int, calls: int) -> dict[str, floa
         t2 = time.perf_counter_ns()
         ring.put(0, seq, *split_batch(batch))
         t3 = time.perf_counter_ns()
-        ring.take(0, seq, split_batch(batch)[1])
+        ring.take(0, seq, layout)
         t4 = time.perf_counter_ns()
         ring.put(0, seq + 1, *split_batch(batch))
         t5 = time.perf_counter_ns()
-        _view(ring, seq + 1, split_batch(batch)[1])
+        _view(ring, seq + 1, layout)
         t6 = time.perf_counter_ns()
         spans = ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t5, t6))
         for name, (a, b) in zip(times, spans, strict=True):
@@ -133,7 +134,7 @@ def components(batch_size: int, sample_bytes: int, calls: int) -> dict[str, floa
 
 def _view(ring: Ring, seq: int, layout: Layout) -> dict[str, Any]:
     """``Ring.take`` without the copies: views of the slot (then freed at once, so only for timing)."""
-    source = ring.memory[0, seq % ring.num_slots].numpy()
+    source = ring.slot(0, seq)
     batch: dict[str, Any] = {}
     pos = 0
     for name, kind, info in layout:
