@@ -15,7 +15,7 @@ process copies the bytes out and frees the slot. Invariants:
 - a batch larger than a slot, or one that finds every slot taken after ``FULL_WAIT_S``, goes inline, as on
   the pipe: a live main that is not reading is a paused trainer, not a failure. A worker raises
   ``RingStalledError`` naming itself when the main process is gone, or when nothing was freed over
-  ``STALL_WAIT_S`` of waiting (far more waits than DataLoader lets a worker have unread).
+  ``STALL_WAIT_S`` of timed-out waits (600 batches, far more than DataLoader lets a worker have unread).
 """
 
 from __future__ import annotations
@@ -116,8 +116,9 @@ class Ring:
                 f"{num_slots}, {slot_bytes}"
             )
         slot_bytes = -(-slot_bytes // 8) * 8  # every slot starts 8-aligned
-        storage = torch.UntypedStorage._new_shared(num_workers * num_slots * slot_bytes)  # no copy
-        memory = torch.empty(0, dtype=torch.uint8).set_(storage).view(num_workers, num_slots, slot_bytes)
+        memory = _new_shared_bytes(num_workers * num_slots * slot_bytes).view(
+            num_workers, num_slots, slot_bytes
+        )
         counts = torch.zeros((num_workers, 2), dtype=torch.int64).share_memory_()
         ring = cls(memory, counts, next(_tokens), os.getpid())
         _RINGS[ring.token] = ring
@@ -159,6 +160,9 @@ class Ring:
             sleep(delay)
             delay = min(delay * 2, _MAX_DELAY_S)
         return written
+
+    def freed(self, worker: int) -> int:
+        return int(self._counts[worker, 1])
 
     def fits(self, pieces: list[np.ndarray]) -> bool:
         return sum(_aligned(len(p)) for p in pieces) <= int(self.memory.shape[2])
@@ -214,6 +218,17 @@ def split_batch(batch: Batch) -> tuple[list[np.ndarray], Layout]:
         else:
             layout.append((name, "inline", value))  # keys, and what numpy cannot hold
     return pieces, layout
+
+
+def _new_shared_bytes(size: int) -> torch.Tensor:
+    """Shared memory without touching its pages (``share_memory_`` would copy a private buffer into it)."""
+    new_shared = getattr(torch.UntypedStorage, "_new_shared", None)  # private: fall back if it moves
+    if new_shared is None:
+        memory = torch.empty(size, dtype=torch.uint8)
+        memory.share_memory_()
+        return memory
+    storage: torch.UntypedStorage = new_shared(size)
+    return torch.empty(0, dtype=torch.uint8).set_(storage)
 
 
 def _aligned(size: int) -> int:
@@ -281,7 +296,7 @@ class RingSender:
             return batch
         started = clock()
         seq = ring.wait_for_slot(worker, self.wait_s, clock=clock, sleep=sleep, parent_pid=parent_pid)
-        freed = int(ring._counts[worker, 1])
+        freed = ring.freed(worker)
         if freed != self._freed_seen:
             self._freed_seen, self._waited_s = freed, 0.0
         if seq is None:
