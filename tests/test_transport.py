@@ -255,8 +255,9 @@ def open_fds() -> set[str]:
 
 
 def shm_entries() -> set[str]:
-    """/dev/shm's entries but the semaphores multiprocessing names under spawn (DataLoader's queues)."""
-    return {name for name in os.listdir("/dev/shm") if not name.startswith("sem.mp-")}
+    """/dev/shm's entries but semaphores (``sem.*``: multiprocessing's queues under spawn, joblib's), which
+    the ring never makes; a named ring would show up as torch's ``torch_<pid>_...``."""
+    return {name for name in os.listdir("/dev/shm") if not name.startswith("sem.")}
 
 
 @pytest.mark.timeout(180)
