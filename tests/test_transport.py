@@ -245,6 +245,17 @@ def test_no_ring_without_workers_or_for_the_per_sample_path(packed: Path) -> Non
     assert loader(packed, "auto", 1, False, "fork")._make_ring() is None  # tiny samples: the pipe
 
 
+@pytest.mark.timeout(120)
+def test_auto_takes_the_ring_for_large_batches(tmp_path: Path) -> None:
+    """Samples of ~20 KiB in batches of 4: the manifest predicts more than ``AUTO_MIN_BATCH_BYTES``."""
+    path = pack_dataset(tmp_path, "lmdb", 24, max_samples=8, size=20_000)
+    auto, pipe = loader(path, "auto", 2, True, "fork"), loader(path, "pipe", 2, True, "fork")
+    assert auto.expected_batch_bytes() >= tp.AUTO_MIN_BATCH_BYTES
+    assert [as_lists(b) for b in auto] == [as_lists(b) for b in pipe]
+    (live,) = tp._RINGS.values()
+    assert int(live.counts[:, 1].sum()) == len(auto)  # every batch came through the ring
+
+
 def test_make_loader_refuses_an_unknown_transport(packed: Path) -> None:
     with pytest.raises(ValueError, match="transport must be one of auto, pipe, ring, got 'shm'"):
         loader(packed, "shm", 0, False, None)  # type: ignore[arg-type]
