@@ -64,3 +64,12 @@ def test_report_records_what_makes_results_comparable(report: dict) -> None:
     for key in ("batch_size", "workers", "repeats", "warmup", "steps", "compute_ms", "cold"):
         assert key in report["parameters"]
     assert {"warmup", "window", "repeats", "verdict", "floor"} <= set(report["rules"])
+
+
+def test_transport_variants_are_accepted_but_not_run_by_default() -> None:
+    from bench.__main__ import parse_args
+    from bench.contenders import BUILDERS, VARIANTS
+
+    assert parse_args(["--contenders", ",".join(VARIANTS)]).contenders == list(VARIANTS)
+    assert set(VARIANTS) <= set(BUILDERS) and not set(VARIANTS) & set(NAMES)
+    assert parse_args([]).contenders == list(NAMES)
