@@ -7,7 +7,10 @@ worker copies a batch's bulk bytes (each ``RaggedBytes``'s buffer and offsets, e
 free slot and sends a small ``RingBatch`` descriptor through the pipe; unpickling the descriptor in the main
 process copies the bytes out and frees the slot. Invariants:
 
-- one writer per counter, no lock: the worker only advances ``written``, the main only ``freed``;
+- one writer per counter, no lock: the worker only advances ``written``, the main only ``freed``; the
+  slot's bytes reach the main before their descriptor (a pipe write), and the main's copy-out is done
+  before its free is stored on x86-64's ordering (where this is tested; a weakly ordered CPU would want a
+  fence there);
 - a worker's descriptors are unpickled in the order it wrote them (one pipe, one reader), so slots are
   freed in order and ``seq % num_slots`` names the slot;
 - the main copies out before freeing, so a batch a user keeps never pins a slot (views would let a user
