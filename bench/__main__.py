@@ -37,7 +37,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, help="measured steps per run (default per profile)")
     p.add_argument("--threshold", type=float, default=0.1, help="wait fraction above which: input-bound")
     p.add_argument("--cold", action="store_true", help="also run with the files evicted from the page cache")
-    p.add_argument("--contenders", default=",".join(contenders.NAMES), help="comma-separated subset")
+    p.add_argument(
+        "--contenders",
+        default=",".join(contenders.NAMES),
+        help="comma-separated subset, or variants: " + ", ".join(contenders.VARIANTS),
+    )
     p.add_argument(
         "--checks", action="store_true", help="add shardpipe-*-nocheck contenders: the price of the checks"
     )

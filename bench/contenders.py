@@ -22,6 +22,7 @@ from bench import lmdb_loop
 from bench.data import Dataset as BenchData
 from bench.data import label_of
 from loaders import ShardedDataset, collate_samples, make_loader
+from loaders.transport import Transport
 
 NAMES = (
     "raw-files",
@@ -34,6 +35,8 @@ NAMES = (
 )
 CHECK_OFF = ("shardpipe-tar-nocheck", "shardpipe-lmdb-nocheck", "shardpipe-tfrecord-nocheck")
 """Opt-in contenders (``--checks``): the same readers with per-sample checks off, to price the checks."""
+VARIANTS = ("shardpipe-tar-pipe", "shardpipe-tar-ring")
+"""Run only when named in ``--contenders``: shardpipe-tar with its transport forced (loaders.transport)."""
 SHUFFLE_BUFFER = 1024  # samples, for every contender that has a buffer (shardpipe's default)
 SEED = 0
 
@@ -138,7 +141,9 @@ def webdataset_loader(urls: list[str], s: LoaderSettings) -> Iterable[Any]:
     return loader
 
 
-def _shardpipe(format_name: str, check: bool = True) -> Callable[[BenchData, LoaderSettings], Iterable[Any]]:
+def _shardpipe(
+    format_name: str, *, check: bool = True, transport: Transport = "auto"
+) -> Callable[[BenchData, LoaderSettings], Iterable[Any]]:
     def build_one(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
         dataset = ShardedDataset(
             data.packed(format_name), shuffle=True, seed=SEED, shuffle_buffer=SHUFFLE_BUFFER, check=check
@@ -151,6 +156,7 @@ def _shardpipe(format_name: str, check: bool = True) -> Callable[[BenchData, Loa
             pin_memory=kwargs["pin_memory"],
             persistent_workers=kwargs["persistent_workers"],
             prefetch_factor=kwargs["prefetch_factor"],
+            transport=transport,
         )
 
     return build_one
@@ -167,6 +173,8 @@ BUILDERS: dict[str, Callable[[BenchData, LoaderSettings], Iterable[Any]]] = {
     "shardpipe-tar": _shardpipe("tar"),
     "shardpipe-lmdb": _shardpipe("lmdb"),
     "shardpipe-tfrecord": _shardpipe("tfrecord"),
+    "shardpipe-tar-pipe": _shardpipe("tar", transport="pipe"),
+    "shardpipe-tar-ring": _shardpipe("tar", transport="ring"),
     "in-memory": _in_memory,
     **{name: _shardpipe(name.split("-")[1], check=False) for name in CHECK_OFF},
 }

@@ -14,6 +14,7 @@ from loaders.sync import (
     guarded,
     validate_dataloader_sync,
 )
+from loaders.transport import RingStalledError
 
 __all__ = [
     "Batch",
@@ -23,6 +24,7 @@ __all__ = [
     "PlanConfig",
     "RaggedBytes",
     "RankTimeoutError",
+    "RingStalledError",
     "Segment",
     "ShardedDataset",
     "ShardedLoader",

@@ -1,7 +1,8 @@
 """``make_loader``: a DataLoader over a ShardedDataset that keeps epochs, steps and resumes honest.
 
 It aligns the workers' shares to whole batches (so ``len(loader)`` is exact and equal on every rank),
-collates raw bytes into one buffer per field and batch (sent inline, see ``loaders.collate``), calls
+collates raw bytes into one buffer per field and batch (sent inline, see ``loaders.collate``, or through a
+shared-memory ring, see ``loaders.transport``), calls
 ``set_epoch`` itself at each new pass when the user never does (the forgotten-``set_epoch`` bug cannot
 silently repeat one order), and saves and restores its position (``state_dict`` / ``load_state_dict``,
 the protocol torchdata's ``StatefulDataLoader`` users know): resumed with the same world size, workers
@@ -23,6 +24,16 @@ from loaders.collate import collate_samples
 from loaders.dataset import ShardedDataset
 from loaders.elastic import Segment
 from loaders.position import decode_state, encode_state
+from loaders.transport import (
+    EXTRA_SLOTS,
+    TRANSPORTS,
+    Ring,
+    RingSender,
+    Transport,
+    shm_free_bytes,
+    slot_bytes_for,
+    uses_ring,
+)
 
 log = logging.getLogger("loaders")
 RESULT_PIPE_BYTES = 1 << 20
@@ -32,7 +43,9 @@ class ShardedLoader(DataLoader[Any]):
     """A DataLoader whose length is exact and whose epoch and position are managed (see the module doc)."""
 
     def __init__(self, dataset: ShardedDataset, batch_size: int, *, enlarge_pipe: bool = True,
-                 **kwargs: Any) -> None:  # fmt: skip
+                 transport: Transport = "auto", **kwargs: Any) -> None:  # fmt: skip
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
         if dataset.batched:  # the workers build whole batches: the DataLoader only forwards them
             kwargs["collate_fn"] = _forward
             super().__init__(dataset, batch_size=None, **kwargs)
@@ -41,6 +54,7 @@ class ShardedLoader(DataLoader[Any]):
         self.sharded = dataset
         self.samples_per_batch = batch_size
         self.enlarge_pipe = enlarge_pipe
+        self.transport = transport
         self._pass_sets: int | None = None  # set_epoch calls seen when the previous pass began
         self._warned = False
         self._history: tuple[Segment, ...] = ()  # segments of this epoch before the current pass's plan
@@ -50,10 +64,35 @@ class ShardedLoader(DataLoader[Any]):
         return self.sharded.num_batches(self.samples_per_batch, self.num_workers)
 
     def _get_iterator(self) -> Any:
-        iterator = super()._get_iterator()
+        ring = self._make_ring()
+        if ring is not None:  # the workers take the ring with their collate_fn; the iterator keeps it alive
+            self.collate_fn = RingSender(ring)
+        try:
+            iterator = super()._get_iterator()
+        finally:
+            if ring is not None:
+                self.collate_fn = _forward
         if self.enlarge_pipe and self.num_workers > 0:
             enlarge_result_pipe(iterator)
         return iterator
+
+    def expected_batch_bytes(self) -> float:
+        """A batch's bytes as the manifest predicts them (shard bytes per sample, framing included)."""
+        samples = sum(self.sharded.shard_sizes)
+        total = sum(shard.num_bytes for shard in self.sharded.shards)
+        return total / max(samples, 1) * self.samples_per_batch
+
+    def _make_ring(self) -> Ring | None:
+        """A ring for the workers about to start, when the batch path runs in workers and takes one."""
+        if not self.sharded.batched or self.num_workers == 0 or self.transport == "pipe":
+            return None
+        expected = self.expected_batch_bytes()
+        slot_bytes = slot_bytes_for(expected, self.samples_per_batch)
+        num_slots = (self.prefetch_factor or 2) + EXTRA_SLOTS
+        ring_bytes = self.num_workers * num_slots * slot_bytes
+        if not uses_ring(self.transport, expected, ring_bytes, shm_free_bytes()):
+            return None
+        return Ring.create(self.num_workers, num_slots, slot_bytes)
 
     def set_epoch(self, epoch: int) -> None:
         self.sharded.set_epoch(epoch)
@@ -139,6 +178,7 @@ def make_loader(
     prefetch_factor: int | None = 4,
     multiprocessing_context: str | None = None,
     enlarge_pipe: bool = True,
+    transport: Transport = "auto",
     **kwargs: Any,
 ) -> ShardedLoader:
     """A ShardedLoader with sensible defaults: pinned memory when CUDA is there, persistent workers, prefetch.
@@ -147,7 +187,10 @@ def make_loader(
     dataset's position, so ``dataset.set_epoch`` still works. When fields stay raw bytes (no decoder,
     transform or ``collate_fn``) the workers build whole batches from columns (``loaders.columns``): the
     same batches, without a dict per sample. ``enlarge_pipe=False`` keeps DataLoader's plain result pipe
-    (see ``enlarge_result_pipe``).
+    (see ``enlarge_result_pipe``). ``transport`` says how the batch path's batches reach the main process:
+    ``"pipe"`` pickled through the result pipe, ``"ring"`` through a shared-memory ring per worker
+    (``loaders.transport``), ``"auto"`` the ring when the manifest predicts batches of at least
+    ``AUTO_MIN_BATCH_BYTES`` and /dev/shm has room.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
@@ -165,5 +208,6 @@ def make_loader(
         prefetch_factor=prefetch_factor,
         multiprocessing_context=multiprocessing_context,
         enlarge_pipe=enlarge_pipe,
+        transport=transport,
         **kwargs,
     )

@@ -86,3 +86,12 @@ def test_remote_mode_reads_through_the_loopback_s3_server(tmp_path: Path) -> Non
     assert results["local-tar-cold"]["fetched_mb"] == [0.0]
     assert shard_mb <= results["s3-tar-cold"]["fetched_mb"][0] < 1.2 * shard_mb
     assert results["s3-tar-warm"]["fetched_mb"][0] < 0.2 * shard_mb
+
+
+def test_transport_variants_are_accepted_but_not_run_by_default() -> None:
+    from bench.__main__ import parse_args
+    from bench.contenders import BUILDERS, VARIANTS
+
+    assert parse_args(["--contenders", ",".join(VARIANTS)]).contenders == list(VARIANTS)
+    assert set(VARIANTS) <= set(BUILDERS) and not set(VARIANTS) & set(NAMES)
+    assert parse_args([]).contenders == list(NAMES)

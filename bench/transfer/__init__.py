@@ -7,18 +7,18 @@ prefetch 4, ``batch_size=None``, no conversion in the worker):
 
 - ``pipe-64k``: the batch pickled into the worker's result pipe at the kernel's default pipe size;
 - ``pipe-1m``: the same with the pipe enlarged to 1 MiB (``F_SETPIPE_SZ``), as ``make_loader`` does;
-- ``ring``: a shared-memory ring per worker, ``RING_SLOTS`` slots of one anonymous shared uint8 tensor made
-  before the fork (torch's file-descriptor strategy unlinks it at once: nothing named outlives a crash).
-  The worker copies each field's bytes into its next free slot and sends a small descriptor through the pipe;
-  the main process copies the bytes out while unpickling the descriptor and frees the slot (a shared counter
-  per worker; the worker waits when all slots are taken);
+- ``ring``: the loaders' own shared-memory ring (``loaders.transport``: ``RingSender`` as the collate_fn,
+  slots sized and counted as ``make_loader`` does, the 1 MiB pipe for the descriptors). The worker copies
+  each field's bytes into its next free slot and sends a small descriptor through the pipe; the main
+  process copies the bytes out while unpickling the descriptor and frees the slot;
 - ``floor``: a one-sample, 16-byte batch through the 1 MiB pipe: the fixed per-batch cost of the DataLoader's
   task and result queues and process switches, which no transport of the bytes can remove.
 
 End to end: batches/s in the main process after ``--warmup`` batches, runs of every transport interleaved and
 rotated, ``--repeats`` times, medians reported with min-max. Components, timed in one process (median over
 ``--calls``): pickling a batch (``ForkingPickler.dumps``, what the worker's queue calls), unpickling it with
-its tensor rebuilds (``pickle.loads``), and the ring's write and copy-out. The main process's share is
+its tensor rebuilds (``pickle.loads``), and the ring's write, its copy-out, and (for comparison only) the
+same read handing out views of the slot instead of copies. The main process's share is
 unpickle (or copy-out) + waiting: when workers keep up, the end-to-end time per batch is the main's work.
 """
 

@@ -14,8 +14,7 @@ import torch
 
 from bench import system
 from bench.report import aligned, markdown_table
-from bench.transfer.measure import PIPE_BYTES, PREFETCH, TRANSPORTS, components, run_once
-from bench.transfer.ring import RING_SLOTS
+from bench.transfer.measure import PIPE_BYTES, PREFETCH, RING_SLOTS, TRANSPORTS, components, run_once
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -111,6 +110,7 @@ def table(results: list[dict[str, Any]]) -> list[list[str]]:
             "unpickle us",
             "ring write us",
             "ring read us",
+            "ring view us",
             "pickled B",
         ]
     ]
@@ -129,6 +129,7 @@ def table(results: list[dict[str, Any]]) -> list[list[str]]:
                 f"{c['unpickle_us']:,.0f}",
                 f"{c['ring_write_us']:,.0f}",
                 f"{c['ring_read_us']:,.0f}",
+                f"{c['ring_view_us']:,.0f}",
                 f"{c['pickled_bytes']:,}",
             ]
         )

@@ -14,13 +14,14 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from bench.transfer.ring import RING_SLOTS, RINGS, Ring, RingBatch
-from loaders import collate_samples
+from loaders import RaggedBytes, collate_samples
+from loaders.transport import EXTRA_SLOTS, Layout, Ring, RingSender, slot_bytes_for, split_batch
 
 TRANSPORTS = ("pipe-64k", "pipe-1m", "ring", "floor")
 FLOOR_BATCH = (1, 16)  # (samples, bytes): a batch too small to cost anything but the DataLoader round trip
 PIPE_BYTES = 1 << 20
 PREFETCH = 4
+RING_SLOTS = PREFETCH + EXTRA_SLOTS  # as make_loader sizes it
 
 
 def make_batch(batch_size: int, sample_bytes: int, seed: int = 0) -> Any:
@@ -41,26 +42,17 @@ def make_batch(batch_size: int, sample_bytes: int, seed: int = 0) -> Any:
 
 
 class Repeat(IterableDataset[Any]):
-    """Each worker yields ``count`` batches (its share), built once, through the ring when one is given."""
+    """Each worker yields ``count`` batches (its share), built once."""
 
-    def __init__(self, batch_size: int, sample_bytes: int, count: int, ring_id: int | None) -> None:
-        self.batch_size, self.sample_bytes, self.count, self.ring_id = (
-            batch_size,
-            sample_bytes,
-            count,
-            ring_id,
-        )
+    def __init__(self, batch_size: int, sample_bytes: int, count: int) -> None:
+        self.batch_size, self.sample_bytes, self.count = batch_size, sample_bytes, count
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         batch = make_batch(self.batch_size, self.sample_bytes, seed=worker)
-        ring = RINGS[self.ring_id] if self.ring_id is not None else None
         for _ in range(self.count // workers + (worker < self.count % workers)):
-            if ring is None:
-                yield batch
-            else:
-                yield RingBatch(self.ring_id or 0, worker, *ring.write(worker, batch))
+            yield batch
 
 
 def _identity(item: Any) -> Any:
@@ -85,17 +77,15 @@ def run_once(
     the 1 MiB pipe, the fixed per-batch cost of the DataLoader's queues and processes)."""
     if transport == "floor":
         batch_size, sample_bytes = FLOOR_BATCH
-    ring_id = None
-    if transport == "ring":
-        probes = [make_batch(batch_size, sample_bytes, seed=w) for w in range(workers)]  # each worker's batch
-        slot_bytes = max(p["bin"].nbytes + p["cls"].nbytes for p in probes) + 32 * (batch_size + 1) + 4096
-        ring_id = len(RINGS)
-        RINGS[ring_id] = Ring.create(workers, slot_bytes)  # + two offset arrays, the pad flags
-    dataset = Repeat(batch_size, sample_bytes, batches + warmup, ring_id)
+    collate: Any = _identity
+    if transport == "ring":  # the loaders' own ring, sized as make_loader sizes it
+        ring = Ring.create(workers, RING_SLOTS, slot_bytes_for(batch_size * sample_bytes, batch_size))
+        collate = RingSender(ring)
+    dataset = Repeat(batch_size, sample_bytes, batches + warmup)
     loader = _Loader(
-        dataset, batch_size=None, num_workers=workers, prefetch_factor=PREFETCH, collate_fn=_identity
+        dataset, batch_size=None, num_workers=workers, prefetch_factor=PREFETCH, collate_fn=collate
     )
-    loader.pipe_bytes = PIPE_BYTES if transport in ("pipe-1m", "floor") else None
+    loader.pipe_bytes = PIPE_BYTES if transport in ("pipe-1m", "floor", "ring") else None
     started, received = 0.0, 0
     for received, batch in enumerate(loader, start=1):
         if batch["bin"].nbytes <= 0:
@@ -105,33 +95,60 @@ def run_once(
     elapsed = time.perf_counter() - started
     if received != batches + warmup:
         raise RuntimeError(f"{transport}: {received} batches arrived, expected {batches + warmup}")
-    if ring_id is not None:
-        del RINGS[ring_id]
     return batches / elapsed
 
 
 def components(batch_size: int, sample_bytes: int, calls: int) -> dict[str, float]:
-    """Median microseconds per batch of each step, in this process."""
+    """Median microseconds per batch of each step, in this process. ``ring_view_us`` hands out views of
+    the slot instead of copies (what a zero-copy ring would cost the main; not what the loaders do)."""
     batch = make_batch(batch_size, sample_bytes)
     wire = bytes(ForkingPickler.dumps(batch))
-    memory = torch.empty((1, RING_SLOTS, len(wire) + 65536), dtype=torch.uint8)
-    ring = Ring(memory, torch.zeros((1, 2), dtype=torch.int64))
+    ring = Ring.create(1, RING_SLOTS, slot_bytes_for(batch_size * sample_bytes, batch_size))
     times: dict[str, list[int]] = {
         "pickle_us": [],
         "unpickle_us": [],
         "ring_write_us": [],
         "ring_read_us": [],
+        "ring_view_us": [],
     }
-    for _ in range(calls):
+    layout = split_batch(batch)[1]
+    for seq in range(0, 2 * calls, 2):
         t0 = time.perf_counter_ns()
         ForkingPickler.dumps(batch)
         t1 = time.perf_counter_ns()
         pickle.loads(wire)
         t2 = time.perf_counter_ns()
-        slot, layout = ring.write(0, batch)
+        ring.put(0, seq, *split_batch(batch))
         t3 = time.perf_counter_ns()
-        ring.read(0, slot, layout)
+        ring.take(0, seq, layout)
         t4 = time.perf_counter_ns()
-        for name, (a, b) in zip(times, ((t0, t1), (t1, t2), (t2, t3), (t3, t4)), strict=True):
+        ring.put(0, seq + 1, *split_batch(batch))
+        t5 = time.perf_counter_ns()
+        _view(ring, seq + 1, layout)
+        t6 = time.perf_counter_ns()
+        spans = ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t5, t6))
+        for name, (a, b) in zip(times, spans, strict=True):
             times[name].append(b - a)
     return {"pickled_bytes": len(wire), **{k: statistics.median(v) / 1000 for k, v in times.items()}}
+
+
+def _view(ring: Ring, seq: int, layout: Layout) -> dict[str, Any]:
+    """``Ring.take`` without the copies: views of the slot (then freed at once, so only for timing)."""
+    source = ring.slot(0, seq)
+    batch: dict[str, Any] = {}
+    pos = 0
+    for name, kind, info in layout:
+        if kind == "ragged":
+            size, count = info
+            buffer, pos = source[pos : pos + size], pos + -(-size // 8) * 8
+            batch[name] = RaggedBytes(buffer.data, source[pos : pos + 8 * count].view(np.int64))  # type: ignore[arg-type]
+            pos += 8 * count
+        elif kind == "tensor":
+            dtype, shape = np.dtype(info[0]), info[1]
+            size = dtype.itemsize * int(np.prod(shape))
+            batch[name] = torch.from_numpy(source[pos : pos + size].view(dtype).reshape(shape))
+            pos += -(-size // 8) * 8
+        else:
+            batch[name] = info
+    ring.counts[0, 1] = seq + 1
+    return batch
