@@ -94,7 +94,7 @@ class ShardedDataset(IterableDataset[Sample]):
         seed: int = 0,
         remainder: Remainder = "pad",
         shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
-        block_size: int = DEFAULT_BLOCK_SIZE,
+        block_size: int | None = None,
         decode: str | Mapping[str, str | Decoder] | None = None,
         transform: Callable[[Sample], Any] | None = None,
         rank: int | None = None,
@@ -113,7 +113,12 @@ class ShardedDataset(IterableDataset[Sample]):
         none by default; ``prefetch`` shards fetched ahead). ``storage_options`` go to fsspec (credentials
         otherwise come as the cloud SDKs take them). ``cache=False`` reads a remote tar or TFRecord
         shard by byte ranges instead (neighbouring ranges coalesced, the same checks): for very large
-        shards read sparsely. ``check=False`` skips the per-sample checksums (and the index's sha256)."""
+        shards read sparsely. ``check=False`` skips the per-sample checksums (and the index's sha256).
+
+        ``block_size=None`` picks by the pack order: a hashed pack (what ``shardpipe pack`` writes by
+        default) is mixed already and reads blocks of ``HASHED_BLOCK_SIZE`` samples (long reads, fast); a
+        sorted pack, or one whose order is unknown, reads blocks of ``DEFAULT_BLOCK_SIZE`` from all over
+        each rank's share, so its batches still mix classes."""
         super().__init__()
         self.source = DatasetSource(
             path, cache_dir=cache_dir, cache_limit=cache_limit, prefetch=prefetch,
@@ -121,6 +126,8 @@ class ShardedDataset(IterableDataset[Sample]):
         )  # fmt: skip
         self.manifest: Manifest = self.source.manifest
         self.root = self.source.display
+        if block_size is None:
+            block_size = default_block_size(self.manifest)
         self.options = ReadOptions(
             split, shuffle, seed, remainder, shuffle_buffer, block_size, 1, on_error, check=check
         )
@@ -387,6 +394,14 @@ class _Readers:
                 reader.close()
         self._open.clear()
         self._indexes.clear()
+
+
+HASHED_BLOCK_SIZE = 64
+"""Blocks on a hashed pack: its samples are mixed already, so long reads cost nothing in mixing."""
+
+
+def default_block_size(manifest: Manifest) -> int:
+    return HASHED_BLOCK_SIZE if manifest.order.get("method") == "hashed" else DEFAULT_BLOCK_SIZE
 
 
 MIN_BLOCKS_PER_WINDOW = 64

@@ -161,3 +161,15 @@ def test_warns_once_when_a_sorted_labelled_pack_is_read_with_coarse_windows(
         hashed = pack_dataset(tmp_path / "hashed", "tar", 20, order="hashed")
         ShardedDataset(hashed, rank=0, world_size=1, block_size=256)
         assert "few classes" not in caplog.text
+
+
+def test_default_block_size_follows_the_pack_order(tmp_path: Path) -> None:
+    """A hashed pack is mixed already: long blocks; a sorted one reads small blocks so batches mix."""
+    from loaders.dataset import HASHED_BLOCK_SIZE
+    from loaders.planner import DEFAULT_BLOCK_SIZE
+
+    hashed = pack_dataset(tmp_path / "h", "tar", 20, order="hashed")
+    ordered = pack_dataset(tmp_path / "s", "tar", 20, order="sorted")
+    assert ShardedDataset(hashed, rank=0, world_size=1).options.block_size == HASHED_BLOCK_SIZE
+    assert ShardedDataset(ordered, rank=0, world_size=1).options.block_size == DEFAULT_BLOCK_SIZE
+    assert ShardedDataset(hashed, rank=0, world_size=1, block_size=8).options.block_size == 8

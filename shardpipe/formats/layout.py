@@ -80,6 +80,8 @@ class ShardIndex:
         self.field_starts = table[:, first::2]
         """``(num_samples + 1, num_fields)``; ``NO_SPAN`` where a sample lacks the field."""
         self.field_stops = table[:, first + 1 :: 2]
+        self.all_plain = not bool((table[:-1, KEY_START] == PARSE).any())
+        """Whether every sample can be sliced by its spans (no sample needs the format's parser)."""
 
     def rows(self, start: int, stop: int) -> list[list[int]]:
         """Rows ``start..stop`` inclusive (the last gives the span's end offset) as Python ints."""
@@ -294,14 +296,20 @@ def cut_samples(
     return out
 
 
+ColumnSpecs = list[tuple[list[bytes | None], int]]
+
+
+def column_specs(index: ShardIndex, fields: dict[str, list[bytes | None]]) -> ColumnSpecs:
+    """``(values, start column)`` per field of ``fields``: what :func:`cut_columns` appends to."""
+    return [(fields[name], index.first_field + 2 * index.fields.index(name)) for name in fields]
+
+
 def cut_columns(
-    view: memoryview, rows: Rows, index: ShardIndex, start: int, base: int, shard: str,
-    keys: list[str], fields: dict[str, list[bytes | None]],
+    view: memoryview, rows: Rows, columns: ColumnSpecs, start: int, base: int, shard: str, keys: list[str],
 ) -> None:  # fmt: skip
-    """Append the keys and the ``fields`` columns of ``rows``' samples (sample ``start`` first), sliced
-    out of ``view`` (the file from ``base``) as :func:`cut_samples` does, without a dict per sample; a
-    field a sample lacks is ``None``."""
-    columns = [(fields[name], index.first_field + 2 * index.fields.index(name)) for name in fields]
+    """Append the keys and the field values (``columns``, from :func:`column_specs`) of ``rows``' samples
+    (sample ``start`` first), sliced out of ``view`` (the file from ``base``) as :func:`cut_samples` does,
+    without a dict per sample; a field a sample lacks is ``None``."""
     for i in range(len(rows) - 1):
         row = rows[i]
         try:

@@ -17,8 +17,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar, cast
 
-import numpy as np
-
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.formats import ColumnsOut, Fields, Offsets, RemoteBytes
 from shardpipe.formats.layout import (
@@ -27,6 +25,7 @@ from shardpipe.formats.layout import (
     ShardIndex,
     add_samples,
     check_spans,
+    column_specs,
     cut_columns,
     cut_samples,
     is_plain,
@@ -79,51 +78,46 @@ class SpanReader:
         """Samples of each run ``[start, stop)``, in order, as ``(keys, {name: values})`` with no object
         per sample: the loaders' batch path. A field a sample lacks is ``None``.
 
-        The rows of every run come from one index gather, and a small run is one read, checked and cut:
-        a window reads hundreds of runs of a few samples, and per-run costs dominate.
+        A small run is one read, checked and cut, without the general path's generator: a window reads
+        hundreds of runs of a few samples, and per-run costs dominate.
         """
         keys: list[str] = []
         fields: dict[str, list[bytes | None]] = {name: [] for name in names}
+
+        index = self._index
+        columns = column_specs(index, fields) if isinstance(index, ShardIndex) else []
 
         def add(view: memoryview, first: int, count: int, base: int, rows: Rows | None) -> None:
             rows = self._sliceable(view, first, base, rows)
             if rows is None:
                 add_samples(keys, fields, self._parse_chunk(view, first, count, base))
             else:
-                cut_columns(view, rows, self._index, first, base, self._shard, keys, fields)  # type: ignore[arg-type]
+                cut_columns(view, rows, columns, first, base, self._shard, keys)
 
-        index = self._index
-        fast = isinstance(index, ShardIndex) and not self._check_framing
+        fast = isinstance(index, ShardIndex) and index.all_plain and not self._check_framing
         all_rows = self._rows_of(runs) if fast else [None] * len(runs)
         if self._remote is not None and fast:
             wanted = [(rows[0][OFFSET], rows[-1][OFFSET]) for rows in all_rows if rows is not None]
             self._fetched = dict(zip((a for a, _ in wanted), self._remote.read_ranges(wanted), strict=True))
         for (start, stop), rows in zip(runs, all_rows, strict=True):
-            if rows is not None and rows[-1][OFFSET] - rows[0][OFFSET] <= READ_CHUNK and is_plain(rows):
+            if rows is not None and rows[-1][OFFSET] - rows[0][OFFSET] <= READ_CHUNK:
                 base = rows[0][OFFSET]
                 view = self._pread(base, rows[-1][OFFSET] - base, start)
                 if self._verified:
                     check_spans(view, rows, start, base, self._shard)
-                cut_columns(view, rows, index, start, base, self._shard, keys, fields)  # type: ignore[arg-type]
+                cut_columns(view, rows, columns, start, base, self._shard, keys)
             else:
                 for _ in self._chunks(start, stop, add):
                     pass
         return keys, fields
 
     def _rows_of(self, runs: Sequence[tuple[int, int]]) -> list[Rows]:
-        """Each run's index rows (and the row after its last sample), from one gather."""
+        """Each run's index rows (and the row after its last sample): a slice each, cheaper than one
+        gather for the few-sample runs a window reads."""
         index = cast(ShardIndex, self._index)
         for start, stop in runs:
             self._check_bounds(start, stop)
-        counts = [stop - start + 1 for start, stop in runs]
-        starts = np.repeat([start for start, _ in runs], counts)
-        steps = np.arange(sum(counts)) - np.repeat(np.cumsum(counts) - counts, counts)
-        flat: Rows = index.table[starts + steps].tolist()  # (sum(counts), columns)
-        out, position = [], 0
-        for count in counts:
-            out.append(flat[position : position + count])
-            position += count
-        return out
+        return [index.rows(start, stop) for start, stop in runs]
 
     def _check_bounds(self, start: int, stop: int) -> None:
         num_samples = len(self._index) - 1
