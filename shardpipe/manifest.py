@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -25,6 +26,7 @@ from shardpipe import __version__
 from shardpipe.atomic import write_bytes_atomic
 from shardpipe.errors import DataError
 from shardpipe.formats import CHECKSUM_NAME, FORMAT_NAMES, INDEX_VERSION
+from shardpipe.storage import ObjectNotFoundError, Store, is_remote, open_store, redact_url, split_url
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 2
@@ -237,31 +239,77 @@ def manifest_path(path: str | Path) -> Path:
     return path / MANIFEST_NAME if path.is_dir() else path
 
 
-def load_manifest(path: str | Path) -> Manifest:
+def load_manifest(path: str | Path, storage_options: Mapping[str, Any] | None = None) -> Manifest:
+    """The manifest of a dataset folder or manifest file: a path, or a URL (``s3://bucket/data``,
+    ``https://host/data/manifest.json``) read through the storage seam with ``storage_options``."""
+    if is_remote(path):
+        return _load_remote(str(path), storage_options)
     file = manifest_path(path)
     try:
-        data = json.loads(file.read_text())
+        text = file.read_text()
     except FileNotFoundError as exc:
         raise DataError(f"no manifest at {file}; pack the data with `shardpipe pack` first") from exc
     except (OSError, ValueError) as exc:
         raise DataError(f"cannot read manifest {file}: {exc}") from exc
-    try:
-        manifest = Manifest.from_json(data)
-    except _UnsupportedVersionError as exc:
-        raise DataError(f"manifest {file}: {exc}") from None
-    except KeyError as exc:
-        raise DataError(f"manifest {file} is malformed: missing entry {exc}") from None
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise DataError(f"manifest {file} is malformed: {exc}") from None
+    manifest = manifest_from_text(text, str(file))
     if manifest.manifest_version < 2 and str(file.resolve()) not in _warned_v1:
         _warned_v1.add(str(file.resolve()))
-        log.warning(
-            "manifest %s is version %d: samples are read without per-sample checksums; repack "
-            "(or rerun `shardpipe index --overwrite` on adopted shards) to add them",
-            file,
-            manifest.manifest_version,
-        )
+        _warn_v1(str(file), manifest.manifest_version)
     return manifest
+
+
+def manifest_location(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Store, str]:
+    """The dataset root's store and the manifest's key in it, for a dataset folder URL or a manifest URL
+    (one whose last part ends in ``.json``)."""
+    if url.rstrip("/").rsplit("/", 1)[-1].split("?")[0].endswith(".json"):
+        parent, name = split_url(url)
+        return open_store(parent, storage_options=storage_options), name
+    return open_store(url, storage_options=storage_options), MANIFEST_NAME
+
+
+def _load_remote(url: str, storage_options: Mapping[str, Any] | None) -> Manifest:
+    store, key = manifest_location(url, storage_options)
+    shown = redact_url(store.url(key))
+    try:
+        data = store.read(key)
+    except ObjectNotFoundError as exc:
+        raise DataError(
+            f"no manifest at {shown}; check the URL, or pack the data there with `shardpipe pack` first"
+        ) from exc
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        raise DataError(f"cannot read manifest {shown}: {exc}") from None
+    manifest = manifest_from_text(text, shown)
+    if manifest.manifest_version < 2 and shown not in _warned_v1:
+        _warned_v1.add(shown)
+        _warn_v1(shown, manifest.manifest_version)
+    return manifest
+
+
+def manifest_from_text(text: str, where: str) -> Manifest:
+    """Parse and check a manifest's text; every problem is a :class:`DataError` naming ``where``."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise DataError(f"cannot read manifest {where}: {exc}") from exc
+    try:
+        return Manifest.from_json(data)
+    except _UnsupportedVersionError as exc:
+        raise DataError(f"manifest {where}: {exc}") from None
+    except KeyError as exc:
+        raise DataError(f"manifest {where} is malformed: missing entry {exc}") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise DataError(f"manifest {where} is malformed: {exc}") from None
+
+
+def _warn_v1(where: str, version: int) -> None:
+    log.warning(
+        "manifest %s is version %d: samples are read without per-sample checksums; repack "
+        "(or rerun `shardpipe index --overwrite` on adopted shards) to add them",
+        where,
+        version,
+    )
 
 
 def write_manifest(root: Path, manifest: Manifest) -> None:

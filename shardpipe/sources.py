@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
 from shardpipe.errors import DataError, UsageError
+from shardpipe.remote_source import join_cell, list_tree, read_list_bytes, sizes_of
+from shardpipe.storage import is_remote, redact_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,8 @@ class Scan:
     classes: tuple[str, ...] | None
     num_skipped_incomplete: int
     num_ignored_files: int
+    kind: str = "tree"
+    """``tree`` or ``list``, as the manifest records the source."""
 
 
 Grouped = dict[str, dict[str, tuple[str | bytes, int]]]
@@ -168,7 +173,7 @@ def scan_names(chunk: tuple[str, str, list[str]]) -> ScannedChunk:
     return grouped, folder, relfolder, subfolders, ignored
 
 
-def _add_dirname_labels(root: Path, grouped: Grouped) -> tuple[str, ...]:
+def _add_dirname_labels(root: Path | str, grouped: Grouped) -> tuple[str, ...]:
     if "cls" in grouped:
         raise DataError(
             f"labels='dirname' would overwrite the existing file {next(iter(grouped['cls'].values()))[0]!s}"
@@ -177,7 +182,7 @@ def _add_dirname_labels(root: Path, grouped: Grouped) -> tuple[str, ...]:
     top_level = sorted(key for key in keys if "/" not in key)
     if top_level:
         raise DataError(
-            f"labels='dirname' needs every file inside a class folder, but {root / top_level[0]}.* "
+            f"labels='dirname' needs every file inside a class folder, but {root}/{top_level[0]}.* "
             f"(and {len(top_level) - 1} more) sit at the top level of {root}"
         )
     classes = tuple(sorted({key.split("/", 1)[0] for key in keys}))
@@ -186,33 +191,46 @@ def _add_dirname_labels(root: Path, grouped: Grouped) -> tuple[str, ...]:
     return classes
 
 
-def scan_file_list(list_path: Path, *, literal_fields: Iterable[str] = ()) -> Grouped:
+def scan_file_list(
+    list_path: Path | str,
+    *,
+    literal_fields: Iterable[str] = (),
+    storage_options: Mapping[str, Any] | None = None,
+) -> Grouped:
     """Read a CSV / JSON Lines / Parquet list with a ``key`` column and one column per field.
 
     String cells are file paths (relative to the list's folder) unless the column is in
     ``literal_fields``; numbers and booleans are stored as their decimal text; empty cells mean the
-    sample lacks that field. Keys must be unique.
+    sample lacks that field. Keys must be unique. A cell may be a URL, and the list itself may be one
+    (then its relative cells are URLs under the list's folder): their sizes come from the store.
     """
-    table = _read_table(list_path)
+    remote_list = is_remote(list_path)
+    source_url = str(list_path)  # the base of relative cells when the list is remote
+    base = Path(list_path).parent
+    table = _read_table(source_url if remote_list else Path(list_path), storage_options)
+    shown = redact_url(source_url) if remote_list else source_url
     columns = table.column_names
     if "key" not in columns:
-        raise DataError(f"{list_path} has no 'key' column (found: {', '.join(columns)})")
+        raise DataError(f"{shown} has no 'key' column (found: {', '.join(columns)})")
     literal = set(literal_fields)
     unknown = literal - set(columns)
     if unknown:
-        raise UsageError(f"literal fields {', '.join(sorted(unknown))} are not columns of {list_path}")
-    base = list_path.parent
+        raise UsageError(f"literal fields {', '.join(sorted(unknown))} are not columns of {shown}")
     grouped: Grouped = {}
+    remote: list[tuple[str, str, int, str]] = []  # (field, key, row, URL): sized together below
     seen: set[str] = set()
     for row_index, row in enumerate(table.to_pylist()):
         key = row.pop("key")
         if not isinstance(key, str) or not key:
-            raise DataError(f"{list_path} row {row_index + 1}: 'key' must be a non-empty string, got {key!r}")
+            raise DataError(f"{shown} row {row_index + 1}: 'key' must be a non-empty string, got {key!r}")
         if key in seen:
-            raise DataError(f"{list_path}: key {key!r} appears more than once; keys must be unique")
+            raise DataError(f"{shown}: key {key!r} appears more than once; keys must be unique")
         seen.add(key)
         for name, value in row.items():
             if value is None:
+                continue
+            if isinstance(value, str) and name not in literal and (remote_list or "://" in value):
+                remote.append((name, key, row_index, join_cell(source_url, value)))
                 continue
             if isinstance(value, str) and name not in literal:
                 path = str(base / value)
@@ -220,13 +238,18 @@ def scan_file_list(list_path: Path, *, literal_fields: Iterable[str] = ()) -> Gr
                     cell: tuple[str | bytes, int] = (path, os.stat(path).st_size)
                 except OSError as exc:
                     raise DataError(
-                        f"{list_path} row {row_index + 1} ({key}), field {name!r}: cannot read {path}: "
+                        f"{shown} row {row_index + 1} ({key}), field {name!r}: cannot read {path}: "
                         f"{exc.strerror}"
                     ) from exc
             else:
                 data = _literal_bytes(value)
                 cell = (data, len(data))
             grouped.setdefault(name, {})[key] = cell
+    sizes = sizes_of([url for *_, url in remote], storage_options)
+    for (name, key, row_index, url), size in zip(remote, sizes, strict=True):
+        if isinstance(size, DataError):
+            raise DataError(f"{shown} row {row_index + 1} ({key}), field {name!r}: {size}") from size
+        grouped.setdefault(name, {})[key] = (url, size)
     return grouped
 
 
@@ -238,7 +261,8 @@ def _literal_bytes(value: Any) -> bytes:
     return str(value).encode()
 
 
-def _read_table(path: Path) -> Any:
+def _read_table(path: Path | str, storage_options: Mapping[str, Any] | None = None) -> Any:
+    import pyarrow as pa
     import pyarrow.csv
     import pyarrow.json
     import pyarrow.parquet
@@ -251,34 +275,65 @@ def _read_table(path: Path) -> Any:
         ".parquet": pyarrow.parquet.read_table,
         ".pq": pyarrow.parquet.read_table,
     }
-    reader = readers.get(path.suffix.lower())
+    suffix = list_suffix(str(path))
+    shown = redact_url(path) if isinstance(path, str) else str(path)
+    reader = readers.get(suffix)
     if reader is None:
-        raise UsageError(f"{path}: unknown list type {path.suffix!r}; use .csv, .jsonl or .parquet")
+        raise UsageError(f"{shown}: unknown list type {suffix!r}; use .csv, .jsonl or .parquet")
     try:
+        if isinstance(path, str):  # a URL: read whole through the store, parsed from memory
+            return reader(pa.BufferReader(read_list_bytes(path, storage_options)))
         return reader(path)
     except (OSError, ValueError) as exc:  # pyarrow.ArrowInvalid is a ValueError
-        raise DataError(f"cannot read file list {path}: {exc}") from exc
+        raise DataError(f"cannot read file list {shown}: {exc}") from exc
+
+
+LIST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".json", ".parquet", ".pq")
+
+
+def list_suffix(path: str) -> str:
+    """The suffix of a path or URL's last part (query string left out), lower case."""
+    name = urlsplit(path).path.rsplit("/", 1)[-1] if "://" in path else Path(path).name
+    return "." + name.rsplit(".", 1)[-1].lower() if "." in name else ""
 
 
 def scan_source(
-    src: Path,
+    src: Path | str,
     *,
     labels: str | None = None,
     literal_fields: Iterable[str] = (),
     skip_incomplete: bool = False,
     pool: Executor | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Scan:
-    """Scan a tree or file list into a table of samples, checking that every sample has the same fields."""
-    if not src.exists():
-        raise DataError(f"source {src} does not exist")
+    """Scan a tree or file list into a table of samples, checking that every sample has the same fields.
+
+    ``src`` may be a URL: a file list when its name ends like one (``.csv``, ``.jsonl``, ``.parquet``...),
+    else a prefix listed as a tree.
+    """
     classes = None
     ignored = 0
-    if src.is_dir():
+    if is_remote(src):
+        src = str(src)
+        is_tree = list_suffix(src) not in LIST_SUFFIXES
+    else:
+        src = Path(src)
+        if not src.exists():
+            raise DataError(f"source {src} does not exist")
+        is_tree = src.is_dir()
+    if not is_tree and labels is not None:
+        raise UsageError("labels apply to a directory tree; a file list carries its own label column")
+    if is_tree and isinstance(src, str):
+        grouped, ignored, shown = list_tree(src, storage_options)
+        if labels == "dirname":
+            classes = _add_dirname_labels(shown, grouped)
+        elif labels is not None:
+            raise UsageError(f"labels={labels!r} is not supported; the only choice is 'dirname'")
+        src = shown  # messages below name the source: never with credentials
+    elif is_tree and isinstance(src, Path):
         grouped, classes, ignored = scan_tree(src, labels=labels, pool=pool)
     else:
-        if labels is not None:
-            raise UsageError("labels apply to a directory tree; a file list carries its own label column")
-        grouped = scan_file_list(src, literal_fields=literal_fields)
+        grouped = scan_file_list(src, literal_fields=literal_fields, storage_options=storage_options)
     if not grouped:
         raise DataError(f"source {src} holds no samples (files named <key>.<field>, e.g. 0001.jpg)")
     fields = tuple(sorted(grouped))
@@ -300,4 +355,4 @@ def scan_source(
         columns.append(list(map(itemgetter(0), cells)))
         sizes[:, j] = list(map(itemgetter(1), cells))
     table = SampleTable(keys, fields, columns, sizes)
-    return Scan(table, classes, skipped, ignored)
+    return Scan(table, classes, skipped, ignored, "tree" if is_tree else "list")
