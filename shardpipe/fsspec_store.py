@@ -267,6 +267,10 @@ class FsspecStore:
     def _fs_options(self) -> dict[str, Any]:
         """Our retry and timeout defaults under the caller's ``storage_options`` (the caller wins)."""
         policy, options = self._retry, dict(self._options)
+        if self._protocol in ("s3", "gs", "gcs"):
+            # A listing cached by the filesystem goes stale when another process writes the prefix (a
+            # resumed pack, an index run); its answers then contradict the store. Off unless asked for.
+            options.setdefault("use_listings_cache", False)
         if self._protocol == "s3":
             config = {
                 "retries": {"total_max_attempts": policy.max_attempts, "mode": "standard"},
