@@ -142,11 +142,28 @@ def test_killed_pack_to_s3_resumes_against_the_bucket(tmp_path: Path, s3: S3Serv
     assert 0 < len(shards) < len(expected) - 1
     for key in shards:  # whatever sits under a final name is complete
         assert found[key] == expected[key], key
+    journaled = [json.loads(line)["path"] for line in found[JOURNAL_NAME].splitlines()[1:]]
+    store.remove(journaled[0])  # a journaled shard gone from the bucket: the resume writes it again
 
     result = run("pack", tmp_path / "src", s3_root, "--resume", *args, *cli_options(s3))
     assert result.exit_code == 0, result.output
-    assert "resumed: kept" in result.output
+    assert f"resumed: kept {len(journaled) - 1} finished shard(s)" in result.output
     assert store_files(store) == expected
+
+
+def test_missing_remote_sources_fail_naming_the_url(tmp_path: Path, s3: S3Server, s3_root: str) -> None:
+    missing_list = run(
+        "pack", f"{s3_root}/lists/none.csv", tmp_path / "out", "--format", "tar", *cli_options(s3)
+    )
+    assert missing_list.exit_code == 1
+    assert f"{s3_root}/lists/none.csv: no such object (404)" in missing_list.output
+    empty = run("pack", f"{s3_root}/nothing", tmp_path / "out", "--format", "tar", *cli_options(s3))
+    assert empty.exit_code == 1 and f"source {s3_root}/nothing holds no samples" in empty.output
+    store = open_store(s3_root, storage_options=s3.storage_options())
+    store.put("list.csv", b"key,bin\na,gone.bin\n")
+    gone = run("pack", f"{s3_root}/list.csv", tmp_path / "out", "--format", "tar", *cli_options(s3))
+    assert gone.exit_code == 1
+    assert f"row 1 (a), field 'bin': stat {s3_root}/gone.bin: no such object (404)" in gone.output
 
 
 def test_remote_prefix_and_url_file_lists_pack_to_the_local_bytes(
