@@ -75,11 +75,9 @@ def parse_storage_options(pairs: tuple[str, ...] | dict[str, Any]) -> dict[str, 
 
 def _location(text: str) -> Path | str:
     """A path argument: a URL stays a string, anything else is a path (``file://`` stripped)."""
-    from shardpipe.storage import is_remote
+    from shardpipe.storage import as_location
 
-    if is_remote(text):
-        return text
-    return Path(text.removeprefix("file://") if text.startswith("file://") else text)
+    return as_location(text)
 
 
 def _shown(where: Path | str) -> str:

@@ -27,7 +27,7 @@ from shardpipe.formats import get_format
 from shardpipe.formats.layout import SampleLayout, ShardIndex, shard_checksums
 from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, sha256_file
 from shardpipe.progress import Progress
-from shardpipe.storage import Store, download, is_remote, open_store
+from shardpipe.storage import Store, as_location, download, is_remote, open_store
 
 SUFFIXES = {".tar": "tar", ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfr": "tfrecord"}
 
@@ -106,9 +106,10 @@ def index_folder(
 def _open(root: Path | str, storage_options: Mapping[str, Any] | None) -> Store:
     if is_remote(root):
         return open_store(root, storage_options=storage_options)
-    if not Path(root).is_dir():
+    root = Path(as_location(root))
+    if not root.is_dir():
         raise UsageError(f"{root} is not a directory")
-    return open_store(Path(root))
+    return open_store(root)
 
 
 @contextmanager

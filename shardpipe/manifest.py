@@ -26,7 +26,15 @@ from shardpipe import __version__
 from shardpipe.atomic import write_bytes_atomic
 from shardpipe.errors import DataError
 from shardpipe.formats import CHECKSUM_NAME, FORMAT_NAMES, INDEX_VERSION
-from shardpipe.storage import ObjectNotFoundError, Store, is_remote, open_store, redact_url, split_url
+from shardpipe.storage import (
+    ObjectNotFoundError,
+    Store,
+    as_location,
+    is_remote,
+    open_store,
+    redact_url,
+    split_url,
+)
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 2
@@ -244,7 +252,7 @@ def load_manifest(path: str | Path, storage_options: Mapping[str, Any] | None = 
     ``https://host/data/manifest.json``) read through the storage seam with ``storage_options``."""
     if is_remote(path):
         return _load_remote(str(path), storage_options)
-    file = manifest_path(path)
+    file = manifest_path(as_location(path))
     try:
         text = file.read_text()
     except FileNotFoundError as exc:

@@ -42,7 +42,7 @@ from shardpipe.manifest import (
     sha256_file,
     write_manifest,
 )
-from shardpipe.storage import is_remote
+from shardpipe.storage import as_location, is_remote
 
 JOURNAL_NAME = ".shardpipe-journal.jsonl"
 
@@ -272,5 +272,4 @@ def open_output(out: str | os.PathLike[str], storage_options: Mapping[str, Any] 
         from shardpipe.store_output import StoreOutput  # imported here: fsspec stays off local packs
 
         return StoreOutput(open_store(out, storage_options=storage_options))
-    text = os.fspath(out)
-    return LocalOutput(Path(text.removeprefix("file://")) if text.startswith("file://") else Path(text))
+    return LocalOutput(Path(as_location(out)))

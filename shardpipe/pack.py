@@ -48,7 +48,7 @@ from shardpipe.process_settings import keep_freed_memory, pausing_gc
 from shardpipe.progress import Progress
 from shardpipe.sources import scan_source
 from shardpipe.split import SPLIT_METHOD
-from shardpipe.storage import is_remote, redact_url
+from shardpipe.storage import as_location, is_remote, redact_url
 
 __all__ = ["PackOptions", "PackResult", "pack"]
 
@@ -101,6 +101,7 @@ def _pack(
     storage_options: Mapping[str, Any] | None,
 ) -> PackResult:
     fmt = get_format(options.format)
+    src, out = as_location(src), as_location(out)
     target = open_output(out, storage_options)
     scan = scan_source(
         src,

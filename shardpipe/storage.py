@@ -118,6 +118,15 @@ def is_remote(url: str | os.PathLike[str]) -> bool:
     return isinstance(url, str) and urlsplit(url).scheme.lower() in REMOTE_SCHEMES
 
 
+def as_location(where: str | os.PathLike[str]) -> Path | str:
+    """A path argument as shardpipe handles it: a remote URL stays a string, a ``file://`` URL or a plain
+    path becomes a ``Path``."""
+    if is_remote(where):
+        return str(where)
+    text = os.fspath(where)
+    return Path(urlsplit(text).path) if text.startswith("file://") else Path(text)
+
+
 def open_store(
     url: str | os.PathLike[str],
     *,

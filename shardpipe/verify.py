@@ -23,7 +23,7 @@ from shardpipe.formats import Format, get_format
 from shardpipe.formats.layout import CHECKSUM, SampleLayout, ShardIndex, shard_checksums
 from shardpipe.manifest import Manifest, ShardEntry, load_manifest, manifest_location, sha256_file
 from shardpipe.progress import Progress
-from shardpipe.storage import ObjectNotFoundError, Store, download, is_remote
+from shardpipe.storage import ObjectNotFoundError, Store, as_location, download, is_remote
 
 
 def verify(
@@ -39,7 +39,7 @@ def verify(
     if is_remote(root):
         store, _ = manifest_location(str(root), storage_options)
         return _verify_all(manifest, lambda entry: _verify_remote(store, entry, fmt, manifest), quiet)
-    root = Path(root)
+    root = Path(as_location(root))
     local = root if root.is_dir() else root.parent
     return _verify_all(manifest, lambda entry: _verify_shard(local, entry, fmt, manifest), quiet)
 

@@ -81,6 +81,12 @@ def test_pack_to_s3_then_verify_and_inspect_equal_the_local_pack(
     assert s3.control.count("PUT", "") == puts, "a resume of a finished pack wrote to the bucket"
     refused = run("pack", tmp_path / "src", s3_root, *args, *cli_options(s3))
     assert refused.exit_code == 2 and "already holds a shardpipe dataset" in refused.output
+    store.put("notes.txt", b"mine")
+    store.put("train/shard-000099.tar", b"stale")
+    replaced = run("pack", tmp_path / "src", s3_root, *args, "--overwrite", *cli_options(s3))
+    assert replaced.exit_code == 0, replaced.output
+    files = store_files(store)
+    assert files.pop("notes.txt") == b"mine" and files == tree_files(tmp_path / "local")
 
 
 def test_verify_and_inspect_a_manifest_url_over_https_style_http(
@@ -300,3 +306,13 @@ def test_no_secret_reaches_output_logs_journal_or_manifest(
     outputs.append(caplog.text)
     for text in outputs:
         assert SECRET not in text and "testing-key-id" not in text
+
+
+def test_file_urls_are_local_paths(tmp_path: Path) -> None:
+    make_tree(tmp_path / "src", 12)
+    assert run("pack", tmp_path / "src", tmp_path / "local", "--format", "lmdb", "-q").exit_code == 0
+    result = run("pack", f"file://{tmp_path}/src", f"file://{tmp_path}/url", "--format", "lmdb", "-q")
+    assert result.exit_code == 0, result.output
+    assert tree_files(tmp_path / "url") == tree_files(tmp_path / "local")
+    assert run("verify", f"file://{tmp_path}/url", "-q").exit_code == 0
+    assert load_manifest(f"file://{tmp_path}/url") == load_manifest(tmp_path / "local")
