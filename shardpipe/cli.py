@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import click
 
 from shardpipe import __version__
+from shardpipe.cli_storage import location, parse_storage_options, scrub, shown, storage_option
 from shardpipe.errors import DataError, UsageError
 from shardpipe.formats import FORMAT_NAMES
 from shardpipe.manifest import Manifest
@@ -31,8 +32,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _errors_to_exit_codes(func: F) -> F:
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from shardpipe.storage import scrub
-
         try:
             options = parse_storage_options(kwargs.get("storage_options", ()))
         except UsageError as exc:
@@ -47,53 +46,6 @@ def _errors_to_exit_codes(func: F) -> F:
             raise click.ClickException(scrub(_with_flags(exc), options)) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-def parse_storage_options(pairs: tuple[str, ...] | dict[str, Any]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs as fsspec storage options: a VALUE that reads as JSON (``true``, ``3``,
-    ``{"a": 1}``) is that value, else the string; ``a.b=VALUE`` sets key ``b`` of option ``a``."""
-    if isinstance(pairs, dict):
-        return pairs
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        name, eq, text = pair.partition("=")
-        if not eq or not name:
-            raise UsageError(f"--storage-option {name or pair!r}: expected KEY=VALUE")
-        try:
-            value: Any = json.loads(text)
-        except ValueError:
-            value = text
-        *parents, leaf = name.split(".")
-        target = options
-        for parent in parents:
-            target = target.setdefault(parent, {})
-            if not isinstance(target, dict):
-                raise UsageError(f"--storage-option {name}: {parent} is already set to a value")
-        target[leaf] = value
-    return options
-
-
-def _location(text: str) -> Path | str:
-    """A path argument: a URL stays a string, anything else is a path (``file://`` stripped)."""
-    from shardpipe.storage import as_location
-
-    return as_location(text)
-
-
-def _shown(where: Path | str) -> str:
-    from shardpipe.storage import redact_url
-
-    return redact_url(where) if isinstance(where, str) else str(where)
-
-
-_storage_option = click.option(
-    "--storage-option",
-    "storage_options",
-    metavar="KEY=VALUE",
-    multiple=True,
-    help="Passed to the fsspec filesystem of a URL (repeatable), e.g. endpoint_url=http://minio:9000, "
-    "anon=true, client_kwargs.region_name=eu-west-1. Credentials: prefer the environment or a profile.",
-)
 
 
 def _with_flags(exc: Exception) -> str:
@@ -213,7 +165,7 @@ def main() -> None:
 )
 @click.option("--overwrite", is_flag=True, help="Replace a dataset already in OUT (only shardpipe's files).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-@_storage_option
+@storage_option
 @_errors_to_exit_codes
 def pack(
     src: str, out: str, format_name: str, split_spec: str | None, seed: int, order: str,
@@ -243,7 +195,7 @@ def pack(
     if ray_address is not None and engine != "ray":
         raise click.UsageError(f"--ray-address {ray_address} needs --engine ray")
     keep_freed_memory()  # this process is a pack: see process_settings
-    source, target = _location(src), _location(out)
+    source, target = location(src), location(out)
     options = PackOptions(
         format=format_name,
         split=parse_split(split_spec),
@@ -275,7 +227,7 @@ def pack(
         if executor is not None:
             executor.shutdown(wait=False)  # after a failure, tasks still running are cancelled
     if result.already_complete:
-        click.echo(f"already complete: {result.num_reused} shards ({_manifest_shown(target)})")
+        click.echo(f"already complete: {result.num_reused} shards ({_manifestshown(target)})")
         return
     _echo_splits(result.manifest, target)
     if result.num_reused:
@@ -289,7 +241,7 @@ def pack(
 @main.command()
 @click.argument("dataset")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-@_storage_option
+@storage_option
 @_errors_to_exit_codes
 def verify(dataset: str, quiet: bool, storage_options: dict[str, Any]) -> None:
     """Recompute counts, sizes and checksums and parse every record of DATASET (a folder or its manifest,
@@ -297,29 +249,28 @@ def verify(dataset: str, quiet: bool, storage_options: dict[str, Any]) -> None:
 
     Exits 1 listing each problem (file and position) if anything disagrees with the manifest.
     """
-    from shardpipe.storage import scrub
     from shardpipe.verify import verify as run_verify
 
-    where = _location(dataset)
+    where = location(dataset)
     problems = run_verify(where, quiet=quiet, storage_options=storage_options)
     if problems:
         for line in problems:
             click.echo(scrub(line, storage_options), err=True)
-        raise click.ClickException(f"{len(problems)} problem(s) found in {_shown(where)}")
-    click.echo(f"{_shown(where)}: OK")
+        raise click.ClickException(f"{len(problems)} problem(s) found in {shown(where)}")
+    click.echo(f"{shown(where)}: OK")
 
 
 @main.command()
 @click.argument("dataset")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@_storage_option
+@storage_option
 @_errors_to_exit_codes
 def inspect(dataset: str, as_json: bool, storage_options: dict[str, Any]) -> None:
     """Show DATASET's splits, shards, samples, bytes, fields and the spread of shard sizes (DATASET: a
     folder or manifest, a path or a URL such as https://host/data/manifest.json)."""
     from shardpipe.inspection import render, summarize
 
-    summary = summarize(_location(dataset), storage_options)
+    summary = summarize(location(dataset), storage_options)
     click.echo(json.dumps(summary, indent=1) if as_json else render(summary))
 
 
@@ -334,7 +285,7 @@ def inspect(dataset: str, as_json: bool, storage_options: dict[str, Any]) -> Non
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing manifest.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-@_storage_option
+@storage_option
 @_errors_to_exit_codes
 def index(
     folder: str, split_name: str, overwrite: bool, quiet: bool, storage_options: dict[str, Any]
@@ -347,21 +298,21 @@ def index(
     """
     from shardpipe.index import index_folder
 
-    where = _location(folder)
+    where = location(folder)
     manifest = index_folder(
         where, split_name=split_name, overwrite=overwrite, quiet=quiet, storage_options=storage_options
     )
     _echo_splits(manifest, where)
 
 
-def _manifest_shown(root: Path | str) -> str:
-    return str(root / "manifest.json") if isinstance(root, Path) else f"{_shown(root)}/manifest.json"
+def _manifestshown(root: Path | str) -> str:
+    return str(root / "manifest.json") if isinstance(root, Path) else f"{shown(root)}/manifest.json"
 
 
 def _echo_splits(manifest: Manifest, root: Path | str) -> None:
     for name, shards in manifest.splits.items():
         click.echo(f"{name}: {sum(s.num_samples for s in shards):,} samples in {len(shards)} shard(s)")
-    click.echo(f"manifest: {_manifest_shown(root)}")
+    click.echo(f"manifest: {_manifestshown(root)}")
 
 
 if __name__ == "__main__":  # pragma: no cover

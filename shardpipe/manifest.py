@@ -26,15 +26,7 @@ from shardpipe import __version__
 from shardpipe.atomic import write_bytes_atomic
 from shardpipe.errors import DataError
 from shardpipe.formats import CHECKSUM_NAME, FORMAT_NAMES, INDEX_VERSION
-from shardpipe.storage import (
-    ObjectNotFoundError,
-    Store,
-    as_location,
-    is_remote,
-    open_store,
-    redact_url,
-    split_url,
-)
+from shardpipe.storage import as_location, is_remote
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 2
@@ -251,7 +243,9 @@ def load_manifest(path: str | Path, storage_options: Mapping[str, Any] | None = 
     """The manifest of a dataset folder or manifest file: a path, or a URL (``s3://bucket/data``,
     ``https://host/data/manifest.json``) read through the storage seam with ``storage_options``."""
     if is_remote(path):
-        return _load_remote(str(path), storage_options)
+        from shardpipe.remote_manifest import load_remote_manifest  # the seam: nothing local imports it
+
+        return load_remote_manifest(str(path), storage_options)
     file = manifest_path(as_location(path))
     try:
         text = file.read_text()
@@ -260,38 +254,8 @@ def load_manifest(path: str | Path, storage_options: Mapping[str, Any] | None = 
     except (OSError, ValueError) as exc:
         raise DataError(f"cannot read manifest {file}: {exc}") from exc
     manifest = manifest_from_text(text, str(file))
-    if manifest.manifest_version < 2 and str(file.resolve()) not in _warned_v1:
-        _warned_v1.add(str(file.resolve()))
-        _warn_v1(str(file), manifest.manifest_version)
-    return manifest
-
-
-def manifest_location(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Store, str]:
-    """The dataset root's store and the manifest's key in it, for a dataset folder URL or a manifest URL
-    (one whose last part ends in ``.json``)."""
-    if url.rstrip("/").rsplit("/", 1)[-1].split("?")[0].endswith(".json"):
-        parent, name = split_url(url)
-        return open_store(parent, storage_options=storage_options), name
-    return open_store(url, storage_options=storage_options), MANIFEST_NAME
-
-
-def _load_remote(url: str, storage_options: Mapping[str, Any] | None) -> Manifest:
-    store, key = manifest_location(url, storage_options)
-    shown = redact_url(store.url(key))
-    try:
-        data = store.read(key)
-    except ObjectNotFoundError as exc:
-        raise DataError(
-            f"no manifest at {shown}; check the URL, or pack the data there with `shardpipe pack` first"
-        ) from exc
-    try:
-        text = data.decode()
-    except UnicodeDecodeError as exc:
-        raise DataError(f"cannot read manifest {shown}: {exc}") from None
-    manifest = manifest_from_text(text, shown)
-    if manifest.manifest_version < 2 and shown not in _warned_v1:
-        _warned_v1.add(shown)
-        _warn_v1(shown, manifest.manifest_version)
+    if manifest.manifest_version < 2:
+        warn_v1(str(file), str(file.resolve()), manifest.manifest_version)
     return manifest
 
 
@@ -311,7 +275,11 @@ def manifest_from_text(text: str, where: str) -> Manifest:
         raise DataError(f"manifest {where} is malformed: {exc}") from None
 
 
-def _warn_v1(where: str, version: int) -> None:
+def warn_v1(where: str, identity: str, version: int) -> None:
+    """Say once per manifest (``identity``) that a version-1 manifest is read without sample checks."""
+    if identity in _warned_v1:
+        return
+    _warned_v1.add(identity)
     log.warning(
         "manifest %s is version %d: samples are read without per-sample checksums; repack "
         "(or rerun `shardpipe index --overwrite` on adopted shards) to add them",

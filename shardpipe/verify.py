@@ -21,8 +21,9 @@ import numpy as np
 from shardpipe.errors import DataError
 from shardpipe.formats import Format, get_format
 from shardpipe.formats.layout import CHECKSUM, SampleLayout, ShardIndex, shard_checksums
-from shardpipe.manifest import Manifest, ShardEntry, load_manifest, manifest_location, sha256_file
+from shardpipe.manifest import Manifest, ShardEntry, load_manifest, sha256_file
 from shardpipe.progress import Progress
+from shardpipe.remote_manifest import manifest_location
 from shardpipe.storage import ObjectNotFoundError, Store, as_location, download, is_remote
 
 
