@@ -63,11 +63,13 @@ class StoreOutput:
         if overwrite:
             self._remove_outputs()
         elif resume and has_manifest:
-            manifest = manifest_from_text(store.read(MANIFEST_NAME).decode(), store.url(MANIFEST_NAME))
+            text = store.read(MANIFEST_NAME).decode()
+            manifest = manifest_from_text(text, f"{self.display}/{MANIFEST_NAME}")
             differences = compare_jobs(manifest.job, job)
             if differences:
                 raise JobMismatchError(self.display, differences, complete=True)
-            store.remove(JOURNAL_NAME)  # killed after the manifest was uploaded: the pack is complete
+            if store.exists(JOURNAL_NAME):  # killed after the manifest was uploaded: the pack is complete
+                store.remove(JOURNAL_NAME)
             return Prepared({}, manifest)
         elif resume and store.exists(JOURNAL_NAME):
             text = store.read(JOURNAL_NAME).decode()

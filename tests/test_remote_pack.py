@@ -25,6 +25,7 @@ from shardpipe.pack import PackOptions, pack
 from shardpipe.storage import Store, open_store
 from tests.datagen import make_tree
 from tests.servers import Faults, S3Server
+from tests.test_pack import PicklingExecutor
 
 
 def run(*args: str | Path) -> Result:
@@ -105,13 +106,10 @@ def test_verify_and_inspect_a_manifest_url_over_https_style_http(
 def test_verify_finds_a_corrupted_object(tmp_path: Path, s3: S3Server, s3_root: str) -> None:
     make_tree(tmp_path / "src", 30)
     options = s3.storage_options()
-    pack(
-        tmp_path / "src",
-        s3_root,
-        PackOptions(format="tar", max_samples=10),
-        quiet=True,
-        storage_options=options,
-    )
+    opts = PackOptions(format="tar", max_samples=10)
+    with PicklingExecutor() as executor:  # the upload task and its store travel through pickle
+        pack(tmp_path / "src", s3_root, opts, quiet=True, storage_options=options, executor=executor)
+    assert executor.tasks.count("shardpipe.store_output.write_and_upload") == 3
     store = open_store(s3_root, storage_options=options)
     data = bytearray(store.read("train/shard-000001.tar"))
     data[700] ^= 0xFF
