@@ -27,7 +27,7 @@ from shardpipe.formats import get_format
 from shardpipe.formats.layout import SampleLayout, ShardIndex, shard_checksums
 from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, sha256_file
 from shardpipe.progress import Progress
-from shardpipe.storage import Store, as_location, download, is_remote, open_store
+from shardpipe.storage import Store, as_location, download, is_remote, open_store, redact_url
 
 SUFFIXES = {".tar": "tar", ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfr": "tfrecord"}
 
@@ -105,6 +105,8 @@ def index_folder(
 
 def _open(root: Path | str, storage_options: Mapping[str, Any] | None) -> Store:
     if is_remote(root):
+        if str(root).lower().startswith(("http://", "https://")):
+            raise UsageError(f"cannot index {redact_url(str(root))}: http(s) has no standard upload")
         return open_store(root, storage_options=storage_options)
     root = Path(as_location(root))
     if not root.is_dir():

@@ -30,6 +30,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from shardpipe import write
 from shardpipe.atomic import sweep_temporaries, write_bytes_atomic
@@ -42,7 +43,7 @@ from shardpipe.manifest import (
     sha256_file,
     write_manifest,
 )
-from shardpipe.storage import as_location, is_remote
+from shardpipe.storage import as_location, is_remote, redact_url
 
 JOURNAL_NAME = ".shardpipe-journal.jsonl"
 
@@ -268,6 +269,11 @@ class LocalOutput:
 def open_output(out: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> Output:
     """A local folder for a path (or ``file://`` URL), an object-store prefix for a remote URL."""
     if is_remote(out):
+        if urlsplit(str(out)).scheme.lower() in ("http", "https"):
+            raise UsageError(
+                f"cannot pack to {redact_url(str(out))}: http(s) has no standard upload; write to a "
+                "local folder, s3:// or gs:// and serve that"
+            )
         from shardpipe.storage import open_store
         from shardpipe.store_output import StoreOutput  # imported here: fsspec stays off local packs
 

@@ -99,6 +99,8 @@ def test_verify_and_inspect_a_manifest_url_over_https_style_http(
     assert run("verify", f"{url}/data/manifest.json", "-q").output.strip() == f"{url}/data/manifest.json: OK"
     shown = run("inspect", f"{url}/data/manifest.json")
     assert shown.exit_code == 0 and "train" in shown.output
+    refused = run("pack", tmp_path / "src", f"{url}/out", "--format", "tar")
+    assert refused.exit_code == 2 and "http(s) has no standard upload" in refused.output
     missing = run("inspect", f"{url}/nothing/manifest.json")
     assert missing.exit_code == 1 and f"no manifest at {url}/nothing/manifest.json" in missing.output
 
