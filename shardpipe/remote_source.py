@@ -12,6 +12,8 @@ store per bucket or host per task: a filesystem object is never shared across a 
 
 from __future__ import annotations
 
+import os
+import pickle
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -22,6 +24,19 @@ from shardpipe.storage import Store, open_store, redact_url
 
 FETCH_THREADS = 16
 """Files fetched at once by one shard writer: small files are latency-bound, not bandwidth-bound."""
+
+
+_task_stores: dict[tuple[int, bytes], Store] = {}
+
+
+def task_store(store: Store) -> Store:
+    """``store``, or an equal one (same root, options, retry policy) this process already uses.
+
+    Shard tasks each get their stores afresh (unpickled, or made per task); a new filesystem object costs
+    a session, credential resolution and a client, far more than a request, so a worker process keeps
+    one per store for all its tasks. Keyed by pid: a forked child never reuses its parent's.
+    """
+    return _task_stores.setdefault((os.getpid(), pickle.dumps(store)), store)
 
 
 class Stores:
@@ -38,7 +53,7 @@ class Stores:
         if parts.query:  # a signed URL names one object; keys cannot be joined to it
             root, key = url, ""
         if root not in self._stores:
-            self._stores[root] = open_store(root, storage_options=self._options)
+            self._stores[root] = task_store(open_store(root, storage_options=self._options))
         return self._stores[root], key
 
     def size(self, url: str) -> int:

@@ -39,6 +39,7 @@ from shardpipe.output import (
     parse_journal,
 )
 from shardpipe.plan import ShardJob
+from shardpipe.remote_source import task_store
 from shardpipe.storage import ObjectNotFoundError, Store
 from shardpipe.write import write_shard
 
@@ -133,6 +134,7 @@ def write_and_upload(
 
     Module-level and picklable (the store pickles as its root and options), so any executor runs it.
     """
+    store = task_store(store)
     with tempfile.TemporaryDirectory(prefix=STAGING_PREFIX) as staging:
         entry = write_shard(job, Path(staging), format_name, source_options)
         if entry.index_path is not None:
