@@ -316,3 +316,31 @@ def test_file_urls_are_local_paths(tmp_path: Path) -> None:
     assert tree_files(tmp_path / "url") == tree_files(tmp_path / "local")
     assert run("verify", f"file://{tmp_path}/url", "-q").exit_code == 0
     assert load_manifest(f"file://{tmp_path}/url") == load_manifest(tmp_path / "local")
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_remote_jsonl_and_parquet_lists(tmp_path: Path, s3: S3Server, s3_root: str, kind: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    options = s3.storage_options()
+    store = open_store(s3_root, storage_options=options)
+    keys = [f"k{i:02d}" for i in range(12)]
+    for key in keys:
+        (tmp_path / "files").mkdir(exist_ok=True)
+        (tmp_path / "files" / f"{key}.bin").write_bytes(key.encode() * 50)
+        store.put(f"files/{key}.bin", key.encode() * 50)
+    rows = [{"key": k, "bin": f"files/{k}.bin", "label": i % 3} for i, k in enumerate(keys)]
+    if kind == "jsonl":
+        data = "".join(json.dumps(row) + "\n" for row in rows).encode()
+    else:
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.Table.from_pylist(rows), sink)
+        data = sink.getvalue().to_pybytes()
+    (tmp_path / f"list.{kind}").write_bytes(data)
+    store.put(f"list.{kind}", data)
+    opts = PackOptions(format="tfrecord", max_samples=5)
+    local = pack(tmp_path / f"list.{kind}", tmp_path / "local", opts, quiet=True)
+    remote = pack(f"{s3_root}/list.{kind}", tmp_path / "remote", opts, quiet=True, storage_options=options)
+    assert remote.manifest.splits == local.manifest.splits
+    assert remote.manifest.source["path"] == f"{s3_root}/list.{kind}"
