@@ -102,7 +102,7 @@ def _read_table(path: Path | str, storage_options: Mapping[str, Any] | None = No
         ".parquet": pyarrow.parquet.read_table,
         ".pq": pyarrow.parquet.read_table,
     }
-    name = urlsplit(path).path if isinstance(path, str) else path.name
+    name = urlsplit(path).path.rsplit("/", 1)[-1] if isinstance(path, str) else path.name
     suffix = "." + name.rsplit(".", 1)[-1].lower() if "." in name else ""
     shown = redact_url(path) if isinstance(path, str) else str(path)
     reader = readers.get(suffix)
