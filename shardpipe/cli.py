@@ -2,6 +2,11 @@
 
 Exit codes: 0 success, 1 a data problem (named file and position), 2 a usage problem. The library's
 errors speak of options by their meaning; this module adds the flags that fix them (:func:`_with_flags`).
+
+Wherever a command takes a path it takes a URL too (``s3://``, ``gs://``, ``http(s)://``); credentials
+come the way fsspec and the cloud SDKs take them, and ``--storage-option KEY=VALUE`` passes anything else
+to the filesystem. Every message is scrubbed: URLs lose user info and query strings, and the values of
+secret-looking options are masked.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any, TypeVar
 import click
 
 from shardpipe import __version__
+from shardpipe.cli_storage import location, parse_storage_options, scrub, shown, storage_option
 from shardpipe.errors import DataError, UsageError
 from shardpipe.formats import FORMAT_NAMES
 from shardpipe.manifest import Manifest
@@ -27,11 +33,17 @@ def _errors_to_exit_codes(func: F) -> F:
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            options = parse_storage_options(kwargs.get("storage_options", ()))
+        except UsageError as exc:
+            raise click.UsageError(str(exc)) from exc
+        if "storage_options" in kwargs:
+            kwargs["storage_options"] = options
+        try:
             return func(*args, **kwargs)
         except UsageError as exc:
-            raise click.UsageError(_with_flags(exc)) from exc
+            raise click.UsageError(scrub(_with_flags(exc), options)) from None
         except DataError as exc:
-            raise click.ClickException(_with_flags(exc)) from exc
+            raise click.ClickException(scrub(_with_flags(exc), options)) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -81,8 +93,8 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("src", type=click.Path(path_type=Path))
-@click.argument("out", type=click.Path(path_type=Path))
+@click.argument("src")
+@click.argument("out")
 @click.option(
     "--format",
     "format_name",
@@ -153,14 +165,18 @@ def main() -> None:
 )
 @click.option("--overwrite", is_flag=True, help="Replace a dataset already in OUT (only shardpipe's files).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@storage_option
 @_errors_to_exit_codes
 def pack(
-    src: Path, out: Path, format_name: str, split_spec: str | None, seed: int, order: str,
+    src: str, out: str, format_name: str, split_spec: str | None, seed: int, order: str,
     max_samples: int | None, max_bytes: str, workers: int | None, engine: str, ray_address: str | None,
     labels: str | None, literal_fields: str, skip_incomplete: bool, resume: bool, overwrite: bool,
-    quiet: bool,
+    quiet: bool, storage_options: dict[str, Any],
 ) -> None:  # fmt: skip
     """Pack SRC (a folder tree, or a .csv/.jsonl/.parquet file list) into shards in OUT.
+
+    SRC and OUT may be URLs (s3://bucket/prefix, gs://..., a list's cells too): shards are staged
+    locally, uploaded and checked, the manifest uploaded last; --resume works against the bucket.
 
     \b
     In a tree, files sharing a key form one sample and the extension names the field:
@@ -179,6 +195,7 @@ def pack(
     if ray_address is not None and engine != "ray":
         raise click.UsageError(f"--ray-address {ray_address} needs --engine ray")
     keep_freed_memory()  # this process is a pack: see process_settings
+    source, target = location(src), location(out)
     options = PackOptions(
         format=format_name,
         split=parse_split(split_spec),
@@ -198,18 +215,21 @@ def pack(
         from shardpipe.pack import init_worker
         from shardpipe.ray_engine import RayExecutor
 
+        visible = [p for p in (source, target) if isinstance(p, Path)]  # URLs: every node reaches the store
         executor = RayExecutor(
-            ray_address, max_workers=workers, visible_paths=(src, out), initializer=init_worker
+            ray_address, max_workers=workers, visible_paths=visible, initializer=init_worker
         )
     try:
-        result = run_pack(src, out, options, quiet=quiet, executor=executor)
+        result = run_pack(
+            source, target, options, quiet=quiet, executor=executor, storage_options=storage_options
+        )
     finally:
         if executor is not None:
             executor.shutdown(wait=False)  # after a failure, tasks still running are cancelled
     if result.already_complete:
-        click.echo(f"already complete: {result.num_reused} shards ({out / 'manifest.json'})")
+        click.echo(f"already complete: {result.num_reused} shards ({_manifestshown(target)})")
         return
-    _echo_splits(result.manifest, out)
+    _echo_splits(result.manifest, target)
     if result.num_reused:
         click.echo(f"resumed: kept {result.num_reused} finished shard(s), wrote {result.num_written}")
     if result.num_skipped_incomplete:
@@ -219,38 +239,43 @@ def pack(
 
 
 @main.command()
-@click.argument("dataset", type=click.Path(path_type=Path))
+@click.argument("dataset")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@storage_option
 @_errors_to_exit_codes
-def verify(dataset: Path, quiet: bool) -> None:
-    """Recompute counts, sizes and checksums and parse every record of DATASET (a folder or its manifest).
+def verify(dataset: str, quiet: bool, storage_options: dict[str, Any]) -> None:
+    """Recompute counts, sizes and checksums and parse every record of DATASET (a folder or its manifest,
+    a path or a URL; remote shards are fetched one at a time into a temporary folder).
 
     Exits 1 listing each problem (file and position) if anything disagrees with the manifest.
     """
     from shardpipe.verify import verify as run_verify
 
-    problems = run_verify(dataset, quiet=quiet)
+    where = location(dataset)
+    problems = run_verify(where, quiet=quiet, storage_options=storage_options)
     if problems:
         for line in problems:
-            click.echo(line, err=True)
-        raise click.ClickException(f"{len(problems)} problem(s) found in {dataset}")
-    click.echo(f"{dataset}: OK")
+            click.echo(scrub(line, storage_options), err=True)
+        raise click.ClickException(f"{len(problems)} problem(s) found in {shown(where)}")
+    click.echo(f"{shown(where)}: OK")
 
 
 @main.command()
-@click.argument("dataset", type=click.Path(path_type=Path))
+@click.argument("dataset")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@storage_option
 @_errors_to_exit_codes
-def inspect(dataset: Path, as_json: bool) -> None:
-    """Show DATASET's splits, shards, samples, bytes, fields and the spread of shard sizes."""
+def inspect(dataset: str, as_json: bool, storage_options: dict[str, Any]) -> None:
+    """Show DATASET's splits, shards, samples, bytes, fields and the spread of shard sizes (DATASET: a
+    folder or manifest, a path or a URL such as https://host/data/manifest.json)."""
     from shardpipe.inspection import render, summarize
 
-    summary = summarize(dataset)
+    summary = summarize(location(dataset), storage_options)
     click.echo(json.dumps(summary, indent=1) if as_json else render(summary))
 
 
 @main.command()
-@click.argument("folder", type=click.Path(path_type=Path))
+@click.argument("folder")
 @click.option(
     "--split",
     "split_name",
@@ -260,22 +285,34 @@ def inspect(dataset: Path, as_json: bool) -> None:
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing manifest.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@storage_option
 @_errors_to_exit_codes
-def index(folder: Path, split_name: str, overwrite: bool, quiet: bool) -> None:
+def index(
+    folder: str, split_name: str, overwrite: bool, quiet: bool, storage_options: dict[str, Any]
+) -> None:
     """Adopt shards written by other tools (webdataset tars, TFRecords of tf.train.Example).
 
     Scans each shard, writes its offset index beside it and a manifest.json in FOLDER, without
-    repacking, so shardpipe's loaders read them like their own.
+    repacking, so shardpipe's loaders read them like their own. FOLDER may be a URL (s3://bucket/x):
+    the indexes and the manifest are uploaded there.
     """
     from shardpipe.index import index_folder
 
-    _echo_splits(index_folder(folder, split_name=split_name, overwrite=overwrite, quiet=quiet), folder)
+    where = location(folder)
+    manifest = index_folder(
+        where, split_name=split_name, overwrite=overwrite, quiet=quiet, storage_options=storage_options
+    )
+    _echo_splits(manifest, where)
 
 
-def _echo_splits(manifest: Manifest, root: Path) -> None:
+def _manifestshown(root: Path | str) -> str:
+    return str(root / "manifest.json") if isinstance(root, Path) else f"{shown(root)}/manifest.json"
+
+
+def _echo_splits(manifest: Manifest, root: Path | str) -> None:
     for name, shards in manifest.splits.items():
         click.echo(f"{name}: {sum(s.num_samples for s in shards):,} samples in {len(shards)} shard(s)")
-    click.echo(f"manifest: {root / 'manifest.json'}")
+    click.echo(f"manifest: {_manifestshown(root)}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -116,6 +116,16 @@ class FsspecStore:
         base = self.fs._strip_protocol(self._root).rstrip("/")
         return sorted(self.fs._strip_protocol(p)[len(base) :].lstrip("/") for p in found)
 
+    def list_sizes(self, prefix: str = "") -> dict[str, int]:
+        found = self._call("list", prefix, lambda u: self.fs.find(u, detail=True, timeout=self._deadline))
+        base = self.fs._strip_protocol(self._root).rstrip("/")
+        sizes = {}
+        for path, info in found.items():
+            key = self.fs._strip_protocol(path)[len(base) :].lstrip("/")
+            size = info.get("size")  # an HTTP listing may give none: then one HEAD for it
+            sizes[key] = int(size) if size is not None else self.size(key)
+        return dict(sorted(sizes.items()))
+
     def open(self, key: str) -> BinaryIO:
         return cast(BinaryIO, self._call("open", key, lambda u: self.fs.open(u, "rb")))
 
@@ -257,6 +267,10 @@ class FsspecStore:
     def _fs_options(self) -> dict[str, Any]:
         """Our retry and timeout defaults under the caller's ``storage_options`` (the caller wins)."""
         policy, options = self._retry, dict(self._options)
+        if self._protocol in ("s3", "gs", "gcs"):
+            # A listing cached by the filesystem goes stale when another process writes the prefix (a
+            # resumed pack, an index run); its answers then contradict the store. Off unless asked for.
+            options.setdefault("use_listings_cache", False)
         if self._protocol == "s3":
             config = {
                 "retries": {"total_max_attempts": policy.max_attempts, "mode": "standard"},

@@ -4,74 +4,124 @@ Scans webdataset tars or TFRecord files of ``tf.train.Example``, writes each one
 checksums, computed now from the bytes as they are) beside it and a manifest for the folder, so the
 loaders read and check them like shards shardpipe packed. Files directly in the folder form one split
 (``train`` unless named); each subfolder holding shards is a split of its own.
+
+The folder may be a URL (``s3://bucket/foreign``): each shard is then fetched once into a temporary
+file, scanned and checksummed there and deleted, and the indexes and the manifest are uploaded (checked
+against their sha256), the manifest last. A local folder is read in place.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from shardpipe.atomic import write_bytes_atomic
+import numpy as np
+
 from shardpipe.errors import DataError, UsageError
 from shardpipe.formats import get_format
-from shardpipe.formats.layout import ShardIndex, shard_checksums
-from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, sha256_file, write_manifest
+from shardpipe.formats.layout import SampleLayout, ShardIndex, shard_checksums
+from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, sha256_file
 from shardpipe.progress import Progress
+from shardpipe.storage import Store, as_location, download, is_remote, open_store, redact_url
 
 SUFFIXES = {".tar": "tar", ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfr": "tfrecord"}
 
 
-def find_shards(root: Path, top_split: str) -> dict[str, list[Path]]:
-    splits: dict[str, list[Path]] = {}
-    for folder, split in [(root, top_split), *((d, d.name) for d in sorted(root.iterdir()) if d.is_dir())]:
-        shards = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in SUFFIXES)
-        if shards:
-            splits.setdefault(split, []).extend(shards)
+def find_shards(store: Store, top_split: str) -> dict[str, list[str]]:
+    """Shard keys by split: directly under the root (``top_split``) first, then each subfolder's."""
+    keys = [key for key in store.list_keys() if os.path.splitext(key)[1] in SUFFIXES]
+    top = [key for key in keys if "/" not in key]
+    splits: dict[str, list[str]] = {top_split: top} if top else {}
+    for key in keys:
+        if key.count("/") == 1:
+            splits.setdefault(key.split("/")[0], []).append(key)
     return splits
 
 
 def index_folder(
-    root: Path, *, split_name: str = "train", overwrite: bool = False, quiet: bool = False
+    root: Path | str,
+    *,
+    split_name: str = "train",
+    overwrite: bool = False,
+    quiet: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Manifest:
-    if not root.is_dir():
-        raise UsageError(f"{root} is not a directory")
-    if (root / MANIFEST_NAME).exists() and not overwrite:
-        raise UsageError(f"{root} already has a {MANIFEST_NAME}; pass --overwrite to index it again")
-    splits = find_shards(root, split_name)
+    store = _open(root, storage_options)
+    if store.exists(MANIFEST_NAME) and not overwrite:
+        raise UsageError(f"{store.display} already has a {MANIFEST_NAME}; pass --overwrite to index it again")
+    splits = find_shards(store, split_name)
     if not splits:
-        raise DataError(f"no shards (*{', *'.join(SUFFIXES)}) in {root} or its subfolders")
-    formats = {SUFFIXES[p.suffix] for paths in splits.values() for p in paths}
+        raise DataError(f"no shards (*{', *'.join(SUFFIXES)}) in {store.display} or its subfolders")
+    formats = {SUFFIXES[os.path.splitext(key)[1]] for keys in splits.values() for key in keys}
     if len(formats) > 1:
         raise DataError(
-            f"{root} mixes shard formats ({', '.join(sorted(formats))}); index one format per folder"
+            f"{store.display} mixes shard formats ({', '.join(sorted(formats))}); index one format per folder"
         )
     fmt = get_format(formats.pop())
-    progress = Progress("index", sum(len(p) for p in splits.values()), unit="shards", quiet=quiet)
-    scanned = {}
-    for path in (path for paths in splits.values() for path in paths):
-        scanned[path] = fmt.scan(path)
-        progress.update(1, path.stat().st_size)
+    progress = Progress("index", sum(len(k) for k in splits.values()), unit="shards", quiet=quiet)
+    scanned: dict[str, tuple[int, int, str, list[SampleLayout], int, np.ndarray]] = {}
+    for key in (key for keys in splits.values() for key in keys):
+        with _local_copy(store, key) as path:
+            keys, layouts, end = fmt.scan(path)
+            size = path.stat().st_size
+            scanned[key] = (
+                len(keys),
+                size,
+                sha256_file(path),
+                layouts,
+                end,
+                shard_checksums(path, layouts, end),
+            )
+        progress.update(1, size)
     progress.close()
-    fields = tuple(sorted({name for _, layouts, _ in scanned.values() for s in layouts for name in s.fields}))
+    fields = tuple(
+        sorted({name for *_, layouts, _, _ in scanned.values() for s in layouts for name in s.fields})
+    )
     entries: dict[str, tuple[ShardEntry, ...]] = {}
-    for split, paths in splits.items():
+    for split, keys in splits.items():
         split_entries = []
-        for path in paths:  # indexes are written once every shard is scanned: their columns are all fields
-            keys, layouts, end = scanned[path]
-            checksums = shard_checksums(path, layouts, end)
+        for key in keys:  # indexes are written once every shard is scanned: their columns are all fields
+            num_samples, size, sha256, layouts, end, checksums = scanned[key]
             index_data = ShardIndex.build(layouts, end, fields, checksums).to_bytes()
-            write_bytes_atomic(path.with_name(path.name + ".idx"), index_data)
-            rel = path.relative_to(root).as_posix()
+            store.put(f"{key}.idx", index_data)
             digest = hashlib.sha256(index_data).hexdigest()
-            entry = ShardEntry(rel, len(keys), path.stat().st_size, sha256_file(path), f"{rel}.idx", digest)
-            split_entries.append(entry)
+            split_entries.append(ShardEntry(key, num_samples, size, sha256, f"{key}.idx", digest))
         entries[split] = tuple(split_entries)
     manifest = Manifest(
         format=fmt.name,
         fields=fields,
         splits=entries,
         split_rule={"method": "adopted: files directly in the folder form one split, each subfolder another"},
-        source={"kind": "adopted", "path": str(root)},
+        source={"kind": "adopted", "path": store.display},
     )
-    write_manifest(root, manifest)
+    store.put(MANIFEST_NAME, manifest.dumps().encode())  # last: the dataset is complete once it exists
     return manifest
+
+
+def _open(root: Path | str, storage_options: Mapping[str, Any] | None) -> Store:
+    if is_remote(root):
+        if str(root).lower().startswith(("http://", "https://")):
+            raise UsageError(f"cannot index {redact_url(str(root))}: http(s) has no standard upload")
+        return open_store(root, storage_options=storage_options)
+    root = Path(as_location(root))
+    if not root.is_dir():
+        raise UsageError(f"{root} is not a directory")
+    return open_store(root)
+
+
+@contextmanager
+def _local_copy(store: Store, key: str) -> Iterator[Path]:
+    """The shard as a local file: in place for a local folder, else a temporary download."""
+    local = store.local_path(key)
+    if local is not None:
+        yield local
+        return
+    with tempfile.TemporaryDirectory(prefix="shardpipe-index-") as folder:
+        path = Path(folder, os.path.basename(key))
+        download(store, key, path)
+        yield path

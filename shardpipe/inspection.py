@@ -6,14 +6,16 @@ Named ``inspection`` so that it does not shadow the standard library's ``inspect
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from shardpipe.manifest import load_manifest
 
 
-def summarize(root: Path) -> dict[str, Any]:
-    manifest = load_manifest(root)
+def summarize(root: Path | str, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The summary of a dataset folder or manifest, a path or a URL (only the manifest is read)."""
+    manifest = load_manifest(root, storage_options)
     splits = {}
     for name, shards in manifest.splits.items():
         counts = [s.num_samples for s in shards] or [0]

@@ -56,6 +56,9 @@ class LocalStore:
             return []
         return sorted(p.relative_to(self._root).as_posix() for p in base.rglob("*") if p.is_file())
 
+    def list_sizes(self, prefix: str = "") -> dict[str, int]:
+        return {key: self.local_path(key).stat().st_size for key in self.list_keys(prefix)}
+
     def open(self, key: str) -> BinaryIO:
         return self._call(key, lambda p: p.open("rb"))
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -25,6 +26,7 @@ from shardpipe import __version__
 from shardpipe.atomic import write_bytes_atomic
 from shardpipe.errors import DataError
 from shardpipe.formats import CHECKSUM_NAME, FORMAT_NAMES, INDEX_VERSION
+from shardpipe.storage import as_location, is_remote
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 2
@@ -237,31 +239,53 @@ def manifest_path(path: str | Path) -> Path:
     return path / MANIFEST_NAME if path.is_dir() else path
 
 
-def load_manifest(path: str | Path) -> Manifest:
-    file = manifest_path(path)
+def load_manifest(path: str | Path, storage_options: Mapping[str, Any] | None = None) -> Manifest:
+    """The manifest of a dataset folder or manifest file: a path, or a URL (``s3://bucket/data``,
+    ``https://host/data/manifest.json``) read through the storage seam with ``storage_options``."""
+    if is_remote(path):
+        from shardpipe.remote_manifest import load_remote_manifest  # the seam: nothing local imports it
+
+        return load_remote_manifest(str(path), storage_options)
+    file = manifest_path(as_location(path))
     try:
-        data = json.loads(file.read_text())
+        text = file.read_text()
     except FileNotFoundError as exc:
         raise DataError(f"no manifest at {file}; pack the data with `shardpipe pack` first") from exc
     except (OSError, ValueError) as exc:
         raise DataError(f"cannot read manifest {file}: {exc}") from exc
-    try:
-        manifest = Manifest.from_json(data)
-    except _UnsupportedVersionError as exc:
-        raise DataError(f"manifest {file}: {exc}") from None
-    except KeyError as exc:
-        raise DataError(f"manifest {file} is malformed: missing entry {exc}") from None
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise DataError(f"manifest {file} is malformed: {exc}") from None
-    if manifest.manifest_version < 2 and str(file.resolve()) not in _warned_v1:
-        _warned_v1.add(str(file.resolve()))
-        log.warning(
-            "manifest %s is version %d: samples are read without per-sample checksums; repack "
-            "(or rerun `shardpipe index --overwrite` on adopted shards) to add them",
-            file,
-            manifest.manifest_version,
-        )
+    manifest = manifest_from_text(text, str(file))
+    if manifest.manifest_version < 2:
+        warn_v1(str(file), str(file.resolve()), manifest.manifest_version)
     return manifest
+
+
+def manifest_from_text(text: str, where: str) -> Manifest:
+    """Parse and check a manifest's text; every problem is a :class:`DataError` naming ``where``."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise DataError(f"cannot read manifest {where}: {exc}") from exc
+    try:
+        return Manifest.from_json(data)
+    except _UnsupportedVersionError as exc:
+        raise DataError(f"manifest {where}: {exc}") from None
+    except KeyError as exc:
+        raise DataError(f"manifest {where} is malformed: missing entry {exc}") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise DataError(f"manifest {where} is malformed: {exc}") from None
+
+
+def warn_v1(where: str, identity: str, version: int) -> None:
+    """Say once per manifest (``identity``) that a version-1 manifest is read without sample checks."""
+    if identity in _warned_v1:
+        return
+    _warned_v1.add(identity)
+    log.warning(
+        "manifest %s is version %d: samples are read without per-sample checksums; repack "
+        "(or rerun `shardpipe index --overwrite` on adopted shards) to add them",
+        where,
+        version,
+    )
 
 
 def write_manifest(root: Path, manifest: Manifest) -> None:

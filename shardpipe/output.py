@@ -11,6 +11,11 @@ States of OUT, and what a pack does with each:
 * anything else, or any of the above without ``resume``: refused unless ``overwrite``, which removes only
   what a pack writes.
 
+OUT is a local folder (:class:`LocalOutput`: shards written in place, the journal appended to) or an
+object-store prefix (``shardpipe.store_output.StoreOutput``: shards staged locally, uploaded whole and
+checked, the journal an object rewritten after each shard). :func:`open_output` picks one; the pack talks
+to either through :class:`Output`, so it never asks where OUT lives.
+
 Errors are in library terms (:class:`OutputNotEmptyError`, :class:`JobMismatchError`); the CLI names
 the flags.
 """
@@ -18,14 +23,27 @@ the flags.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
+from shardpipe import write
 from shardpipe.atomic import sweep_temporaries, write_bytes_atomic
 from shardpipe.errors import UsageError
-from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, load_manifest, sha256_file
+from shardpipe.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    ShardEntry,
+    load_manifest,
+    sha256_file,
+    write_manifest,
+)
+from shardpipe.storage import as_location, is_remote, redact_url
 
 JOURNAL_NAME = ".shardpipe-journal.jsonl"
 
@@ -53,7 +71,7 @@ class Prepared:
 class OutputNotEmptyError(UsageError):
     """OUT holds a dataset or other files, and the pack was not asked to resume or replace them."""
 
-    def __init__(self, out: Path, holds_dataset: bool) -> None:
+    def __init__(self, out: Path | str, holds_dataset: bool) -> None:
         what = "a shardpipe dataset" if holds_dataset else "other files"
         super().__init__(f"output {out} already holds {what}")
         self.out, self.holds_dataset = out, holds_dataset
@@ -65,7 +83,7 @@ class OutputNotEmptyError(UsageError):
 class JobMismatchError(UsageError):
     """A resume found another pack job in OUT; ``differences`` says what differs, found vs expected."""
 
-    def __init__(self, out: Path, differences: tuple[str, ...], complete: bool) -> None:
+    def __init__(self, out: Path | str, differences: tuple[str, ...], complete: bool) -> None:
         state = "finished" if complete else "interrupted"
         super().__init__(
             f"cannot resume in {out}: it holds a {state} pack of another job: {'; '.join(differences)}"
@@ -132,7 +150,12 @@ def compare_jobs(found: dict[str, Any], expected: Job) -> tuple[str, ...]:
 
 def read_journal(journal: Path) -> tuple[dict[str, Any], list[ShardEntry]]:
     """The journal's job header and its finished shards, up to a line cut short by a kill."""
-    lines = journal.read_text().splitlines()
+    return parse_journal(journal.read_text())
+
+
+def parse_journal(text: str) -> tuple[dict[str, Any], list[ShardEntry]]:
+    """:func:`read_journal` on the journal's text (an object store's journal is read whole)."""
+    lines = text.splitlines()
     try:
         header = json.loads(lines[0]) if lines else {}
     except ValueError:
@@ -175,3 +198,84 @@ def remove_outputs(out: Path) -> None:
             path.unlink()
         if not any(split_dir.iterdir()):
             shutil.rmtree(split_dir)
+
+
+Writer = tuple[Callable[..., ShardEntry], tuple[Any, ...]]
+"""A shard-writing task: a module-level function and its arguments after the ``ShardJob`` (they pickle)."""
+
+
+class Output(Protocol):
+    """Where a pack writes: the states of the module docstring, the journal, the final commit."""
+
+    @property
+    def display(self) -> str:
+        """OUT, safe to print (no credentials)."""
+        ...
+
+    def prepare(self, job: Job, *, resume: bool, overwrite: bool) -> Prepared: ...
+
+    def reusable(self, entry: ShardEntry | None) -> ShardEntry | None:
+        """``entry`` if its shard (and index) in OUT may be kept by a resume, else None."""
+        ...
+
+    def writer(self, format_name: str, source_options: Mapping[str, Any] | None) -> Writer: ...
+
+    def journal(self) -> AbstractContextManager[Callable[[ShardEntry], None]]:
+        """A context whose value records one finished shard, durably, before the next is recorded."""
+        ...
+
+    def commit(self, manifest: Manifest) -> None:
+        """The last step: the manifest goes in place, then the journal goes."""
+        ...
+
+
+class LocalOutput:
+    """OUT on this machine: shards are written in place; this is the pack's path since before URLs."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    @property
+    def display(self) -> str:
+        return str(self.out)
+
+    def prepare(self, job: Job, *, resume: bool, overwrite: bool) -> Prepared:
+        return prepare_output(self.out, job, resume=resume, overwrite=overwrite)
+
+    def reusable(self, entry: ShardEntry | None) -> ShardEntry | None:
+        return reusable(self.out, entry)
+
+    def writer(self, format_name: str, source_options: Mapping[str, Any] | None) -> Writer:
+        if source_options:  # only for URL cells in the source: a local pack's task is as it always was
+            return write.write_shard, (self.out, format_name, dict(source_options))
+        return write.write_shard, (self.out, format_name)
+
+    @contextmanager
+    def journal(self) -> Iterator[Callable[[ShardEntry], None]]:
+        with (self.out / JOURNAL_NAME).open("a") as journal:
+
+            def record(entry: ShardEntry) -> None:
+                journal.write(json.dumps(entry.to_json()) + "\n")
+                journal.flush()
+
+            yield record
+
+    def commit(self, manifest: Manifest) -> None:
+        sweep_temporaries(self.out)  # an attempt an engine killed mid-write and retried left its temporary
+        write_manifest(self.out, manifest)
+        remove_journal(self.out)
+
+
+def open_output(out: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> Output:
+    """A local folder for a path (or ``file://`` URL), an object-store prefix for a remote URL."""
+    if is_remote(out):
+        if urlsplit(str(out)).scheme.lower() in ("http", "https"):
+            raise UsageError(
+                f"cannot pack to {redact_url(str(out))}: http(s) has no standard upload; write to a "
+                "local folder, s3:// or gs:// and serve that"
+            )
+        from shardpipe.storage import open_store
+        from shardpipe.store_output import StoreOutput  # imported here: fsspec stays off local packs
+
+        return StoreOutput(open_store(out, storage_options=storage_options))
+    return LocalOutput(Path(as_location(out)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass
 from operator import itemgetter
@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from shardpipe.errors import DataError, UsageError
+from shardpipe.remote_source import list_tree
+from shardpipe.storage import is_remote
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,8 @@ class Scan:
     classes: tuple[str, ...] | None
     num_skipped_incomplete: int
     num_ignored_files: int
+    kind: str = "tree"
+    """``tree`` or ``list``, as the manifest records the source."""
 
 
 Grouped = dict[str, dict[str, tuple[str | bytes, int]]]
@@ -168,7 +172,7 @@ def scan_names(chunk: tuple[str, str, list[str]]) -> ScannedChunk:
     return grouped, folder, relfolder, subfolders, ignored
 
 
-def _add_dirname_labels(root: Path, grouped: Grouped) -> tuple[str, ...]:
+def _add_dirname_labels(root: Path | str, grouped: Grouped) -> tuple[str, ...]:
     if "cls" in grouped:
         raise DataError(
             f"labels='dirname' would overwrite the existing file {next(iter(grouped['cls'].values()))[0]!s}"
@@ -177,7 +181,7 @@ def _add_dirname_labels(root: Path, grouped: Grouped) -> tuple[str, ...]:
     top_level = sorted(key for key in keys if "/" not in key)
     if top_level:
         raise DataError(
-            f"labels='dirname' needs every file inside a class folder, but {root / top_level[0]}.* "
+            f"labels='dirname' needs every file inside a class folder, but {root}/{top_level[0]}.* "
             f"(and {len(top_level) - 1} more) sit at the top level of {root}"
         )
     classes = tuple(sorted({key.split("/", 1)[0] for key in keys}))
@@ -186,99 +190,54 @@ def _add_dirname_labels(root: Path, grouped: Grouped) -> tuple[str, ...]:
     return classes
 
 
-def scan_file_list(list_path: Path, *, literal_fields: Iterable[str] = ()) -> Grouped:
-    """Read a CSV / JSON Lines / Parquet list with a ``key`` column and one column per field.
-
-    String cells are file paths (relative to the list's folder) unless the column is in
-    ``literal_fields``; numbers and booleans are stored as their decimal text; empty cells mean the
-    sample lacks that field. Keys must be unique.
-    """
-    table = _read_table(list_path)
-    columns = table.column_names
-    if "key" not in columns:
-        raise DataError(f"{list_path} has no 'key' column (found: {', '.join(columns)})")
-    literal = set(literal_fields)
-    unknown = literal - set(columns)
-    if unknown:
-        raise UsageError(f"literal fields {', '.join(sorted(unknown))} are not columns of {list_path}")
-    base = list_path.parent
-    grouped: Grouped = {}
-    seen: set[str] = set()
-    for row_index, row in enumerate(table.to_pylist()):
-        key = row.pop("key")
-        if not isinstance(key, str) or not key:
-            raise DataError(f"{list_path} row {row_index + 1}: 'key' must be a non-empty string, got {key!r}")
-        if key in seen:
-            raise DataError(f"{list_path}: key {key!r} appears more than once; keys must be unique")
-        seen.add(key)
-        for name, value in row.items():
-            if value is None:
-                continue
-            if isinstance(value, str) and name not in literal:
-                path = str(base / value)
-                try:
-                    cell: tuple[str | bytes, int] = (path, os.stat(path).st_size)
-                except OSError as exc:
-                    raise DataError(
-                        f"{list_path} row {row_index + 1} ({key}), field {name!r}: cannot read {path}: "
-                        f"{exc.strerror}"
-                    ) from exc
-            else:
-                data = _literal_bytes(value)
-                cell = (data, len(data))
-            grouped.setdefault(name, {})[key] = cell
-    return grouped
+LIST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".json", ".parquet", ".pq")
 
 
-def _literal_bytes(value: Any) -> bytes:
-    if isinstance(value, bool):
-        return b"1" if value else b"0"
-    if isinstance(value, bytes):
-        return value
-    return str(value).encode()
-
-
-def _read_table(path: Path) -> Any:
-    import pyarrow.csv
-    import pyarrow.json
-    import pyarrow.parquet
-
-    readers = {
-        ".csv": pyarrow.csv.read_csv,
-        ".jsonl": pyarrow.json.read_json,
-        ".ndjson": pyarrow.json.read_json,
-        ".json": pyarrow.json.read_json,
-        ".parquet": pyarrow.parquet.read_table,
-        ".pq": pyarrow.parquet.read_table,
-    }
-    reader = readers.get(path.suffix.lower())
-    if reader is None:
-        raise UsageError(f"{path}: unknown list type {path.suffix!r}; use .csv, .jsonl or .parquet")
-    try:
-        return reader(path)
-    except (OSError, ValueError) as exc:  # pyarrow.ArrowInvalid is a ValueError
-        raise DataError(f"cannot read file list {path}: {exc}") from exc
+def names_a_list(url: str) -> bool:
+    """A remote SRC is a file list when its last part ends like one (query string left out)."""
+    name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    return any(name.lower().endswith(suffix) for suffix in LIST_SUFFIXES)
 
 
 def scan_source(
-    src: Path,
+    src: Path | str,
     *,
     labels: str | None = None,
     literal_fields: Iterable[str] = (),
     skip_incomplete: bool = False,
     pool: Executor | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Scan:
-    """Scan a tree or file list into a table of samples, checking that every sample has the same fields."""
-    if not src.exists():
-        raise DataError(f"source {src} does not exist")
+    """Scan a tree or file list into a table of samples, checking that every sample has the same fields.
+
+    ``src`` may be a URL: a file list when its name ends like one (``.csv``, ``.jsonl``, ``.parquet``...),
+    else a prefix listed as a tree.
+    """
     classes = None
     ignored = 0
-    if src.is_dir():
+    if is_remote(src):
+        src = str(src)
+        is_tree = not names_a_list(src)
+    else:
+        src = Path(src)
+        if not src.exists():
+            raise DataError(f"source {src} does not exist")
+        is_tree = src.is_dir()
+    if not is_tree and labels is not None:
+        raise UsageError("labels apply to a directory tree; a file list carries its own label column")
+    if is_tree and isinstance(src, str):
+        grouped, ignored, shown = list_tree(src, storage_options)
+        if labels == "dirname":
+            classes = _add_dirname_labels(shown, grouped)
+        elif labels is not None:
+            raise UsageError(f"labels={labels!r} is not supported; the only choice is 'dirname'")
+        src = shown  # messages below name the source: never with credentials
+    elif is_tree and isinstance(src, Path):
         grouped, classes, ignored = scan_tree(src, labels=labels, pool=pool)
     else:
-        if labels is not None:
-            raise UsageError("labels apply to a directory tree; a file list carries its own label column")
-        grouped = scan_file_list(src, literal_fields=literal_fields)
+        from shardpipe.file_list import scan_file_list  # a list needs pyarrow; a tree does not
+
+        grouped = scan_file_list(src, literal_fields=literal_fields, storage_options=storage_options)
     if not grouped:
         raise DataError(f"source {src} holds no samples (files named <key>.<field>, e.g. 0001.jpg)")
     fields = tuple(sorted(grouped))
@@ -300,4 +259,4 @@ def scan_source(
         columns.append(list(map(itemgetter(0), cells)))
         sizes[:, j] = list(map(itemgetter(1), cells))
     table = SampleTable(keys, fields, columns, sizes)
-    return Scan(table, classes, skipped, ignored)
+    return Scan(table, classes, skipped, ignored, "tree" if is_tree else "list")

@@ -99,6 +99,10 @@ class Store(Protocol):
     def exists(self, key: str) -> bool: ...
     def size(self, key: str) -> int: ...
     def list_keys(self, prefix: str = "") -> list[str]: ...
+    def list_sizes(self, prefix: str = "") -> dict[str, int]:
+        """Every key under ``prefix`` with its size, from the listing where the store gives sizes."""
+        ...
+
     def open(self, key: str) -> BinaryIO: ...
     def read(self, key: str) -> bytes: ...
     def read_range(self, key: str, start: int, stop: int) -> bytes: ...
@@ -112,6 +116,15 @@ class Store(Protocol):
 
 def is_remote(url: str | os.PathLike[str]) -> bool:
     return isinstance(url, str) and urlsplit(url).scheme.lower() in REMOTE_SCHEMES
+
+
+def as_location(where: str | os.PathLike[str]) -> Path | str:
+    """A path argument as shardpipe handles it: a remote URL stays a string, a ``file://`` URL or a plain
+    path becomes a ``Path``."""
+    if is_remote(where):
+        return str(where)
+    text = os.fspath(where)
+    return Path(urlsplit(text).path) if text.startswith("file://") else Path(text)
 
 
 def open_store(
@@ -152,6 +165,16 @@ def split_url(url: str | os.PathLike[str]) -> tuple[str, str]:
     parts = urlsplit(text)
     parent, _, name = parts.path.rstrip("/").rpartition("/")
     return urlunsplit((parts.scheme, parts.netloc, parent, "", "")), name
+
+
+def download(store: Store, key: str, dest: Path) -> int:
+    """Copy one object to the local file ``dest`` (its folder made), chunk by chunk; return its size."""
+    size = store.size(key)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest, "wb") as f:
+        for chunk in store.iter_chunks(key, size):
+            f.write(chunk)
+    return size
 
 
 def join_key(*parts: str) -> str:

@@ -3,11 +3,18 @@
 Per shard: size, sha256, every record parsed (and, for LMDB, each record's checksum checked), the sample
 count, and, for formats with an index, the index's sha256 and every entry recomputed from the shard,
 sample checksums included.
+
+A dataset at a URL is checked the same way: each shard and its index are fetched into a temporary folder
+(one shard at a time, deleted after), and problems name the object's URL.
 """
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Callable, Mapping
+from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -16,27 +23,51 @@ from shardpipe.formats import Format, get_format
 from shardpipe.formats.layout import CHECKSUM, SampleLayout, ShardIndex, shard_checksums
 from shardpipe.manifest import Manifest, ShardEntry, load_manifest, sha256_file
 from shardpipe.progress import Progress
+from shardpipe.remote_manifest import manifest_location
+from shardpipe.storage import ObjectNotFoundError, Store, as_location, download, is_remote
 
 
-def verify(root: Path, *, quiet: bool = False) -> list[str]:
+def verify(
+    root: Path | str, *, quiet: bool = False, storage_options: Mapping[str, Any] | None = None
+) -> list[str]:
     """Return one line per problem (file and position); an empty list means the dataset is sound.
 
-    Raises :class:`DataError` when the manifest itself cannot be read.
+    ``root`` is a dataset folder or manifest, a path or a URL. Raises :class:`DataError` when the
+    manifest itself cannot be read.
     """
-    manifest = load_manifest(root)
-    root = root if root.is_dir() else root.parent
+    manifest = load_manifest(root, storage_options)
     fmt = get_format(manifest.format)
+    if is_remote(root):
+        store, _ = manifest_location(str(root), storage_options)
+        return _verify_all(manifest, lambda entry: _verify_remote(store, entry, fmt, manifest), quiet)
+    root = Path(as_location(root))
+    local = root if root.is_dir() else root.parent
+    return _verify_all(manifest, lambda entry: _verify_shard(local, entry, fmt, manifest), quiet)
+
+
+def _verify_all(manifest: Manifest, check: Callable[[ShardEntry], list[str]], quiet: bool) -> list[str]:
     shards = [s for split in manifest.splits.values() for s in split]
     progress = Progress("verify", sum(s.num_samples for s in shards), quiet=quiet)
     problems: list[str] = []
     for entry in shards:
         try:
-            problems += _verify_shard(root, entry, fmt, manifest)
+            problems += check(entry)
         except OSError as exc:
             problems.append(f"{entry.path}: cannot read: {exc}")
         progress.update(entry.num_samples, entry.num_bytes)
     progress.close()
     return problems
+
+
+def _verify_remote(store: Store, entry: ShardEntry, fmt: Format, manifest: Manifest) -> list[str]:
+    """:func:`_verify_shard` on a fetched copy; the copy's folder is replaced by the URL in messages."""
+    with tempfile.TemporaryDirectory(prefix="shardpipe-verify-") as folder:
+        for key in (entry.path, entry.index_path):
+            if key is not None:
+                with suppress(ObjectNotFoundError):  # reported as missing by the check below
+                    download(store, key, Path(folder, key))
+        problems = _verify_shard(Path(folder), entry, fmt, manifest)
+    return [line.replace(folder, store.display) for line in problems]
 
 
 def _verify_shard(root: Path, entry: ShardEntry, fmt: Format, manifest: Manifest) -> list[str]:

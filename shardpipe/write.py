@@ -11,14 +11,18 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from shardpipe.atomic import publish, start_writeback, temp_path, write_bytes_atomic
 from shardpipe.errors import DataError
 from shardpipe.formats import get_format
 from shardpipe.manifest import ShardEntry, sha256_file
 from shardpipe.plan import ShardJob, cut_runs
+from shardpipe.remote_source import Stores, fetch_cells
 from shardpipe.sources import SampleTable
+from shardpipe.storage import redact_url
 
 BATCH_BYTES = 1 << 20
 """File contents per writer batch: small enough to stay in the CPU cache between the read and the write
@@ -36,12 +40,15 @@ class SourceFileError(DataError):
         return SourceFileError, (str(self), self.path, self.changed)
 
 
-def write_shard(job: ShardJob, root: Path, format_name: str) -> ShardEntry:
+def write_shard(
+    job: ShardJob, root: Path, format_name: str, source_options: Mapping[str, Any] | None = None
+) -> ShardEntry:
     """Write one shard under a temporary name, then its index, then rename the shard into place.
 
     Samples go to the writer in batches of about :data:`BATCH_BYTES`, their files read into one buffer
     that every batch reuses: the writer frames a batch with its per-field work done once, a worker holds
-    at most one batch of file contents, and no memory is allocated (and page-faulted) per file.
+    at most one batch of file contents, and no memory is allocated (and page-faulted) per file. Cells
+    that are URLs are fetched through the storage seam with ``source_options`` (``remote_source``).
     """
     fmt = get_format(format_name)
     final = root / job.relpath
@@ -50,12 +57,13 @@ def write_shard(job: ShardJob, root: Path, format_name: str) -> ShardEntry:
     samples = job.samples
     runs = cut_runs(samples.num_bytes, max_samples=None, max_bytes=BATCH_BYTES)
     buffer = _read_buffer(max(int(samples.sizes[run].sum()) for run in runs))
+    stores = Stores(source_options)
     try:
         writer = fmt.open_writer(temp)
         try:
             for run in runs:
                 batch = samples.take(run)
-                writer.write_batch(batch.keys, batch.fields, _load(batch, buffer, job.relpath))
+                writer.write_batch(batch.keys, batch.fields, _load(batch, buffer, job.relpath, stores))
         except BaseException:
             writer.abort()
             raise
@@ -85,14 +93,18 @@ def _read_buffer(size: int) -> memoryview:
     return memoryview(buffer)[:size]
 
 
-def _load(batch: SampleTable, buffer: memoryview, shard: str) -> list[list[bytes | memoryview]]:
+def _load(
+    batch: SampleTable, buffer: memoryview, shard: str, stores: Stores
+) -> list[list[bytes | memoryview]]:
     """The batch's columns: literal bytes as they are, each file read into its slice of ``buffer``.
 
     A file is read by raw ``os`` calls (``open()`` builds a file object per file, as costly as the
     syscalls for a small sample), with one ``preadv`` of its scanned size plus one spare byte: a file
-    that changed since the scan is caught, not packed with a size the plan did not expect.
+    that changed since the scan is caught, not packed with a size the plan did not expect. URL cells are
+    fetched first, all of the batch's at once.
     """
     sizes = batch.sizes.tolist()  # (samples, fields)
+    fetched = _fetch(batch, shard, stores)
     spare = bytearray(1)
     columns: list[list[bytes | memoryview]] = []
     pos = 0
@@ -103,6 +115,9 @@ def _load(batch: SampleTable, buffer: memoryview, shard: str) -> list[list[bytes
                 column.append(value)
                 continue
             size = sizes[i][j]
+            if (i, j) in fetched:
+                column.append(fetched[i, j])
+                continue
             view = buffer[pos : pos + size]
             where = f"field {batch.fields[j]!r} of sample {batch.keys[i]!r}, for shard {shard}"
             try:
@@ -123,3 +138,30 @@ def _load(batch: SampleTable, buffer: memoryview, shard: str) -> list[list[bytes
             pos += size
         columns.append(column)
     return columns
+
+
+def _fetch(batch: SampleTable, shard: str, stores: Stores) -> dict[tuple[int, int], bytes]:
+    """The batch's URL cells, fetched, each checked against its scanned size."""
+    cells = [
+        (i, j, value)
+        for j, values in enumerate(batch.columns)
+        for i, value in enumerate(values)
+        if isinstance(value, str) and "://" in value
+    ]
+    if not cells:
+        return {}
+    fetched = {}
+    for (i, j, url), data in zip(cells, fetch_cells((url for _, _, url in cells), stores), strict=True):
+        where = f"field {batch.fields[j]!r} of sample {batch.keys[i]!r}, for shard {shard}"
+        if isinstance(data, DataError):
+            raise SourceFileError(f"cannot read {redact_url(url)} ({where}): {data}", redact_url(url), False)
+        size = int(batch.sizes[i, j])
+        if len(data) != size:
+            raise SourceFileError(
+                f"{redact_url(url)} changed while packing: scanned {size:,} bytes, read {len(data):,} "
+                f"({where})",
+                redact_url(url),
+                True,
+            )
+        fetched[i, j] = data
+    return fetched

@@ -198,6 +198,6 @@ def test_file_changed_after_the_scan_is_named_with_overwrite(
             grown.write(b"more")
         return original(job, root, format_name)
 
-    monkeypatch.setattr("shardpipe.pack.write_shard", grow_then_write)
+    monkeypatch.setattr("shardpipe.write.write_shard", grow_then_write)
     result = run("pack", tmp_path / "src", tmp_path / "out", "--format", "tar")
     assert_clean_failure(result, 1, "changed while packing", "rerun the pack with --overwrite")

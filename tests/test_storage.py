@@ -68,6 +68,7 @@ def test_read_operations(kind: str, tmp_path: Path, request: pytest.FixtureReque
         f.seek(1000)
         assert f.read(24) == PAYLOAD[1000:1024]
     assert store.list_keys("a") == ["a/b/two.bin", "a/one.bin"]
+    assert store.list_sizes("a") == {"a/b/two.bin": 3, "a/one.bin": len(PAYLOAD)}
     assert store.sha256("a/one.bin") == (hashlib.sha256(PAYLOAD).hexdigest(), len(PAYLOAD))
     assert b"".join(store.iter_chunks("a/one.bin", len(PAYLOAD), chunk_size=5000)) == PAYLOAD
     assert (store.local_path("a/one.bin") is not None) == (kind == "local")
