@@ -10,7 +10,6 @@ process.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from shardpipe.cache import ShardCache
-from shardpipe.errors import DataError
 from shardpipe.formats.layout import ShardIndex
 from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, load_manifest, manifest_path
 from shardpipe.storage import Store, is_remote, open_store, redact_url
@@ -51,7 +49,7 @@ class DatasetSource:
         name = text.rpartition("/")[2] if text.endswith(".json") else MANIFEST_NAME
         self._store = open_store(root, storage_options=storage_options)
         self.display = redact_url(root)
-        self.manifest = _parse_manifest(self._store.read(name), f"{self.display}/{name}")
+        self.manifest = load_manifest(f"{root}/{name}", storage_options)
         self.root = Path()  # unused: files come through the store and the cache
         if cache:
             self._cache = ShardCache(root, cache_dir, cache_limit, prefetch, storage_options)
@@ -105,10 +103,3 @@ class RemoteShard:
 
     def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         return self.store.read_ranges(self.key, ranges)
-
-
-def _parse_manifest(data: bytes, name: str) -> Manifest:
-    try:
-        return Manifest.from_json(json.loads(data))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise DataError(f"manifest {name} is malformed: {exc}") from None
