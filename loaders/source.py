@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from shardpipe.cache import ShardCache
-from shardpipe.formats.layout import ShardIndex
+from shardpipe.formats.layout import ShardIndex, fixed_columns
 from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, load_manifest, manifest_path
 from shardpipe.storage import Store, is_remote, open_store, redact_url
 
@@ -63,6 +63,11 @@ class DatasetSource:
         if self._store is None:
             return ShardIndex.read(self.root / entry.index_path, entry.num_samples, fields, version=version,
                                    sha256=sha256)  # fmt: skip
+        if self._cache is not None and entry.index_sha256 is not None:
+            # Indexes go through the node cache too: fetched once per node, not once per worker and epoch.
+            size = (entry.num_samples + 1) * (fixed_columns(version) + 2 * len(fields)) * 8
+            with self._cache.local(entry.index_path, entry.index_sha256, size) as path:
+                return ShardIndex.read(path, entry.num_samples, fields, version=version, sha256=sha256)
         data = self._store.read(entry.index_path)
         return ShardIndex.from_bytes(data, entry.num_samples, fields, version=version, sha256=sha256,
                                      name=f"{self.display}/{entry.index_path}")  # fmt: skip
