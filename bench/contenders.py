@@ -125,13 +125,13 @@ def _webdataset(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
     return webdataset_loader([str(p) for p in data.shard_files("tar")], s)
 
 
-def webdataset_loader(urls: list[str], s: LoaderSettings) -> Iterable[Any]:
+def webdataset_loader(urls: list[str], s: LoaderSettings, buffer: int = SHUFFLE_BUFFER) -> Iterable[Any]:
     """webdataset's own pipeline over tar shards (paths or ``pipe:`` URLs), set up as its users do."""
     import webdataset as wds
 
     pipeline = (
         wds.WebDataset(urls, shardshuffle=len(urls), seed=SEED, empty_check=False)
-        .shuffle(SHUFFLE_BUFFER)
+        .shuffle(buffer)
         .map(_webdataset_sample)
         .batched(s.batch_size, collation_fn=collate_samples, partial=True)
     )

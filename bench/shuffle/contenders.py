@@ -21,10 +21,10 @@ from typing import Any
 
 from torch.utils.data import DataLoader, DistributedSampler
 
-from bench.contenders import SEED, LoaderSettings
+from bench.contenders import SEED, LoaderSettings, webdataset_loader
 from bench.lmdb_loop import LmdbLoopDataset
 from bench.shuffle.data import Pack
-from loaders import ShardedDataset, collate_samples, make_loader
+from loaders import ShardedDataset, make_loader
 
 REFERENCE = (1024, 256)  # (shuffle_buffer, block_size): the old contiguous-window default
 
@@ -108,24 +108,8 @@ def _no_epoch(epoch: int) -> None:
     """webdataset has no epoch hook: a user relies on its own reseeding at each pass."""
 
 
-def _sample(sample: dict[str, Any]) -> dict[str, Any]:
-    return {"__key__": sample["__key__"], "bin": sample["bin"], "cls": sample["cls"]}
-
-
 def _webdataset(pack: Pack, s: LoaderSettings, buffer: int) -> Iterable[Any]:
-    import webdataset as wds
-
-    urls = [str(p) for p in pack.shard_files]
-    pipeline = (
-        wds.WebDataset(urls, shardshuffle=len(urls), seed=SEED, empty_check=False)
-        .shuffle(buffer)
-        .map(_sample)
-        .batched(s.batch_size, collation_fn=collate_samples, partial=True)
-    )
-    kwargs = s.dataloader_kwargs()
-    kwargs.pop("collate_fn")  # batched() already collated
-    loader: Iterable[Any] = wds.WebLoader(pipeline, batch_size=None, **kwargs)
-    return loader
+    return webdataset_loader([str(p) for p in pack.shard_files], s, buffer)
 
 
 def run_epochs(built: Built, epochs: int, warmup: int) -> list[EpochRun]:
