@@ -78,3 +78,20 @@ def test_killed_ray_driver_then_resume_completes_the_pack(tmp_path: Path) -> Non
     assert resumed.exit_code == 0, resumed.output
     assert "resumed: kept" in resumed.output
     assert files(out) == files(tmp_path / "local")
+
+
+def test_engine_ray_on_a_file_list_matches_local(tmp_path: Path) -> None:
+    """A csv file list (paths and a literal label column) packs to the same bytes on a local Ray."""
+    make_tree(tmp_path / "src", 40, classes=2, fields=("bin",))
+    rows = ["key,bin,label"] + [
+        f"{p.parent.name}/{p.stem},{p.relative_to(tmp_path).as_posix()},{p.parent.name}"
+        for p in sorted((tmp_path / "src").rglob("*.bin"))
+    ]
+    listing = tmp_path / "list.csv"
+    listing.write_text("\n".join(rows) + "\n")
+    args = ["--format", "lmdb", "--literal", "label", "--max-samples", "7", "-q"]
+    assert run("pack", listing, tmp_path / "local", *args).exit_code == 0
+    with token_auth():
+        on_ray = run("pack", listing, tmp_path / "ray", *args, "--engine", "ray")
+    assert on_ray.exit_code == 0, on_ray.output
+    assert files(tmp_path / "ray") == files(tmp_path / "local")
