@@ -201,7 +201,7 @@ def _from_row(row: list[float]) -> EpochStats:
 
 
 def format_line(epoch: int, ranks: list[EpochStats], threshold: float) -> str:
-    """``epoch 2: 12,340 samples/s over 4 ranks, wait 31% ... slowest rank 3 (...)``."""
+    """One line: the epoch, samples per second over all ranks, the worst wait fraction, the slowest rank."""
     slowest = max(ranks, key=lambda s: (s.wall_s / max(s.samples, 1), s.rank))
     total = sum(s.samples_per_s for s in ranks)
     worst = max(s.wait_fraction for s in ranks)

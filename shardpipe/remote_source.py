@@ -13,7 +13,6 @@ store per bucket or host per task: a filesystem object is never shared across a 
 from __future__ import annotations
 
 import os
-import pickle
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -26,7 +25,7 @@ FETCH_THREADS = 16
 """Files fetched at once by one shard writer: small files are latency-bound, not bandwidth-bound."""
 
 
-_task_stores: dict[tuple[int, bytes], Store] = {}
+_task_stores: dict[tuple[int, str], Store] = {}
 
 
 def task_store(store: Store) -> Store:
@@ -36,7 +35,8 @@ def task_store(store: Store) -> Store:
     a session, credential resolution and a client, far more than a request, so a worker process keeps
     one per store for all its tasks. Keyed by pid: a forked child never reuses its parent's.
     """
-    return _task_stores.setdefault((os.getpid(), pickle.dumps(store)), store)
+    identity = f"{type(store).__qualname__}:{store.__reduce_ex__(2)[2]!r}"  # class and state: root, options
+    return _task_stores.setdefault((os.getpid(), identity), store)
 
 
 class Stores:
