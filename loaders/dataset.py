@@ -12,10 +12,7 @@ reaches DataLoader workers whether they are persistent or not, under fork and sp
 from __future__ import annotations
 
 import logging
-import os
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -27,6 +24,7 @@ from torch.utils.data import IterableDataset
 from loaders.columns import Columns, batches
 from loaders.decode import Decoder, resolve_decoders
 from loaders.elastic import Segment, consumed_count, remaining_runs
+from loaders.mixing import default_block_size, warn_if_poorly_mixed
 from loaders.planner import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_SHUFFLE_BUFFER,
@@ -41,17 +39,16 @@ from loaders.planner import (
     worker_sample_counts,
 )
 from loaders.position import Position
+from loaders.readers import ShardReaders
 from loaders.source import DatasetSource
 from loaders.world import get_worker, get_world
 from shardpipe.errors import DataError
-from shardpipe.formats import ShardReader, get_format
-from shardpipe.formats.layout import ShardIndex
+from shardpipe.formats import get_format
 from shardpipe.manifest import Manifest
 
 log = logging.getLogger("loaders")
 
 MAX_WORKERS = 256  # slots in the shared error counter
-MAX_OPEN_SHARDS = 64  # open shard readers per process: each holds a file descriptor or a mapping
 Sample = dict[str, Any]
 OnError = Literal["raise", "skip"]
 
@@ -139,8 +136,8 @@ class ShardedDataset(IterableDataset[Sample]):
         self.transform = transform
         self.position = Position()
         self._errors = torch.zeros(MAX_WORKERS, dtype=torch.int64).share_memory_()
-        self._readers = _Readers(self)
-        _warn_if_poorly_mixed(self)
+        self._readers = self._new_readers()
+        warn_if_poorly_mixed(self.manifest, self.options, self.root)
 
     def configured(self, **changes: Any) -> ShardedDataset:
         """A dataset over the same data and ``position`` with some ``ReadOptions`` changed (``make_loader``
@@ -148,8 +145,11 @@ class ShardedDataset(IterableDataset[Sample]):
         other = object.__new__(type(self))
         other.__dict__.update(self.__dict__)
         other.options = replace(self.options, **changes)
-        other._readers = _Readers(other)
+        other._readers = other._new_readers()
         return other
+
+    def _new_readers(self) -> ShardReaders:
+        return ShardReaders(self.source, self.shards, self.format, check=self.options.check)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -158,7 +158,7 @@ class ShardedDataset(IterableDataset[Sample]):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._readers = _Readers(self)
+        self._readers = self._new_readers()
 
     # ---- epochs and sizes ---------------------------------------------------------------------------------
     @property
@@ -328,104 +328,6 @@ class ShardedDataset(IterableDataset[Sample]):
             if field in sample:
                 sample[field] = decoder(sample[field])
         return self.transform(sample) if self.transform is not None else sample
-
-
-class _Readers:
-    """This process's shard readers; dropped, never used, after a fork.
-
-    Local shards stay open (least recently used closed first): a reader opens its file or LMDB
-    environment once and reads many small spans; so do uncached remote ones, read by byte ranges. A cached
-    remote shard's reader lives for one read, so the cache may evict the shard between reads; its index is
-    kept. Every index is checked against the manifest's sha256 when loaded.
-    """
-
-    def __init__(self, dataset: ShardedDataset) -> None:
-        # What opening a reader needs, not the dataset itself: no cycle keeps files open past a drop.
-        self._source, self._shards, self._format = dataset.source, dataset.shards, dataset.format
-        self._check = dataset.options.check
-        self._pid = os.getpid()
-        self._open: OrderedDict[int, ShardReader] = OrderedDict()
-        self._indexes: OrderedDict[int, ShardIndex | None] = OrderedDict()
-
-    @contextmanager
-    def reading(self, shard_index: int) -> Iterator[ShardReader]:
-        if self._pid != os.getpid():  # inherited through a fork: never used here, never closed here
-            self._open, self._indexes = OrderedDict(), OrderedDict()
-            self._pid = os.getpid()
-        if self._source.remote and self._source.cached:
-            index = self._index(shard_index)
-            with (
-                self._source.shard(self._shards[shard_index]) as path,
-                self._format.open_reader(path, index, check=self._check) as reader,
-            ):
-                yield reader
-            return
-        yield self._kept(shard_index)
-
-    def _kept(self, shard_index: int) -> ShardReader:
-        reader = self._open.get(shard_index)
-        if reader is not None:
-            self._open.move_to_end(shard_index)
-            return reader
-        entry, index = self._shards[shard_index], self._index(shard_index)
-        if self._source.remote:  # uncached: byte ranges of the object
-            remote = self._source.ranges(entry)
-            reader = self._format.open_reader(Path(entry.path), index, check=self._check, remote=remote)
-        else:
-            reader = self._format.open_reader(self._source.root / entry.path, index, check=self._check)
-        self._open[shard_index] = reader
-        while len(self._open) > MAX_OPEN_SHARDS:
-            self._open.popitem(last=False)[1].close()
-        return reader
-
-    def _index(self, shard_index: int) -> ShardIndex | None:
-        if shard_index in self._indexes:
-            self._indexes.move_to_end(shard_index)
-            return self._indexes[shard_index]
-        index = self._source.index(self._shards[shard_index], check=self._check)
-        self._indexes[shard_index] = index
-        while len(self._indexes) > MAX_OPEN_SHARDS:
-            self._indexes.popitem(last=False)
-        return index
-
-    def close(self) -> None:
-        if self._pid == os.getpid():
-            for reader in self._open.values():
-                reader.close()
-        self._open.clear()
-        self._indexes.clear()
-
-
-HASHED_BLOCK_SIZE = 64
-"""Blocks on a hashed pack: its samples are mixed already, so long reads cost nothing in mixing."""
-
-
-def default_block_size(manifest: Manifest) -> int:
-    return HASHED_BLOCK_SIZE if manifest.order.get("method") == "hashed" else DEFAULT_BLOCK_SIZE
-
-
-MIN_BLOCKS_PER_WINDOW = 64
-"""Fewer blocks than this per window leave a batch of a class-sorted pack few classes to draw from."""
-_warned_mixing: set[str] = set()
-
-
-def _warn_if_poorly_mixed(dataset: ShardedDataset) -> None:
-    """Warn once per dataset when a sorted pack of labelled data is read with windows too coarse to mix."""
-    options, manifest = dataset.options, dataset.manifest
-    blocks = options.shuffle_buffer // options.block_size
-    sorted_pack = manifest.order.get("method", "sorted") == "sorted"  # packs before --order were sorted
-    if not options.shuffle or manifest.classes is None or not sorted_pack or blocks >= MIN_BLOCKS_PER_WINDOW:
-        return
-    if manifest.fingerprint() in _warned_mixing:
-        return
-    _warned_mixing.add(manifest.fingerprint())
-    log.warning(
-        "%s is packed in key order (labelled, %d classes) and each shuffle window holds only %d blocks "
-        "(shuffle_buffer=%d / block_size=%d): batches will hold few classes. Use block_size <= %d or a "
-        "larger shuffle_buffer, or repack with `shardpipe pack --order hashed`",
-        dataset.root, len(manifest.classes), blocks, options.shuffle_buffer, options.block_size,
-        max(options.shuffle_buffer // MIN_BLOCKS_PER_WINDOW, 1),
-    )  # fmt: skip
 
 
 @lru_cache(maxsize=8)

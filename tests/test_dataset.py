@@ -165,7 +165,7 @@ def test_warns_once_when_a_sorted_labelled_pack_is_read_with_coarse_windows(
 
 def test_default_block_size_follows_the_pack_order(tmp_path: Path) -> None:
     """A hashed pack is mixed already: long blocks; a sorted one reads small blocks so batches mix."""
-    from loaders.dataset import HASHED_BLOCK_SIZE
+    from loaders.mixing import HASHED_BLOCK_SIZE
     from loaders.planner import DEFAULT_BLOCK_SIZE
 
     hashed = pack_dataset(tmp_path / "h", "tar", 20, order="hashed")
