@@ -163,14 +163,10 @@ def cluster_start() -> dict[str, Any]:
     with token_auth():
         nodes = []
         try:
-            from tests.ray_cluster import free_port
+            from tests.ray_cluster import free_port, head_args
 
             port = free_port()
-            head = [
-                "--head", f"--port={port}", "--include-dashboard=false", f"--dashboard-port={free_port()}",
-                "--disable-usage-stats",
-            ]  # fmt: skip
-            for label, args in (("head", head), ("second", [f"--address=127.0.0.1:{port}"])):
+            for label, args in (("head", head_args(port)), ("second", [f"--address=127.0.0.1:{port}"])):
                 start = time.perf_counter()
                 nodes.append(start_node(args))
                 result[f"{label} start_s"] = time.perf_counter() - start

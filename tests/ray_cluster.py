@@ -83,17 +83,21 @@ def token_auth() -> Iterator[None]:
         yield
 
 
+def head_args(port: int) -> list[str]:
+    """``ray start`` arguments of a head node on ``port``: dashboard off, usage stats off."""
+    return [
+        "--head", f"--port={port}", "--include-dashboard=false", f"--dashboard-port={free_port()}",
+        "--disable-usage-stats",
+    ]  # fmt: skip
+
+
 @contextmanager
 def two_node_cluster() -> Iterator[Cluster]:
     """A head and a second node on 127.0.0.1; yields when both are up, stops both on exit."""
     nodes: list[RayNode] = []
     try:
         port = free_port()
-        head = [
-            "--head", f"--port={port}", "--include-dashboard=false", f"--dashboard-port={free_port()}",
-            "--disable-usage-stats",
-        ]  # fmt: skip
-        nodes.append(start_node(head))
+        nodes.append(start_node(head_args(port)))
         nodes.append(start_node([f"--address=127.0.0.1:{port}"]))
         yield Cluster(f"127.0.0.1:{port}", tuple(nodes))
     finally:
