@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -407,6 +408,8 @@ def test_lmdb_scan_checks_count_and_records(tmp_path: Path) -> None:
         fmt.scan(path)
     with pytest.raises(CorruptShardError, match="sample 1"):
         list(fmt.read(path, 0, 3))
+    with fmt.open_reader(path) as reader, pytest.raises(CorruptShardError, match="sample 1"):
+        reader.read_runs([(2, 3), (0, 2)], ["bin"])
 
 
 def test_lmdb_read_past_the_end_is_an_error(tmp_path: Path) -> None:
@@ -422,6 +425,76 @@ def test_lmdb_read_past_the_end_is_an_error(tmp_path: Path) -> None:
 def test_framing_never_crashes_on_garbage(record: bytes) -> None:
     with contextlib.suppress(framing.FramingError):
         framing.decode(record)
+
+
+def _decode_each(records: Sequence[bytes], names: Sequence[str]) -> tuple[list[str], dict[str, list]]:
+    """What ``decode_many`` must return, record by record; ``RecordError`` at the first bad one."""
+    keys: list[str] = []
+    fields: dict[str, list[bytes | None]] = {name: [] for name in names}
+    for position, record in enumerate(records):
+        try:
+            key, sample = framing.decode(record)
+        except framing.FramingError as exc:
+            raise framing.RecordError(position, str(exc)) from exc
+        keys.append(key)
+        for name in names:
+            fields[name].append(sample.get(name))
+    return keys, fields
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    _samples,
+    st.booleans(),
+    st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), max_size=2),
+)
+def test_framing_decodes_many_records_as_it_decodes_each(
+    samples: list[Sample], one_schema: bool, damage: list[tuple[int, int]]
+) -> None:
+    """The vectorised path agrees with ``decode`` on every record, damaged ones included: the same
+    columns, or a ``RecordError`` at the same position."""
+    if one_schema:  # the common case, a shard of one field set: the fast path
+        samples = [(key, {"bin": fields.get("bin", b""), "cls": b"1"}) for key, fields in samples]
+    records = [bytearray(framing.encode(key, fields)) for key, fields in samples]
+    for where, value in damage:
+        if records:
+            record = records[where % len(records)]
+            record[(where // len(records)) % len(record)] = value
+    names = ["bin", "cls", "absent"]
+    try:
+        expected = _decode_each([bytes(r) for r in records], names)
+    except framing.RecordError as exc:
+        with pytest.raises(framing.RecordError) as raised:
+            framing.decode_many(b"".join(records), [len(r) for r in records], names, version=2, check=True)
+        assert raised.value.position == exc.position
+    else:
+        buf, sizes = b"".join(records), [len(r) for r in records]
+        assert framing.decode_many(buf, sizes, names, version=2, check=True) == expected
+
+
+def test_framing_decode_many_skips_checksums_when_asked() -> None:
+    records = [bytearray(framing.encode(f"k/{i}", {"bin": b"abc"})) for i in range(3)]
+    records[1][-9] ^= 1  # the last data byte of record 1
+    buf, sizes = b"".join(records), [len(r) for r in records]
+    with pytest.raises(framing.RecordError, match="checksum") as raised:
+        framing.decode_many(buf, sizes, ["bin"], version=2, check=True)
+    assert raised.value.position == 1
+    keys, fields = framing.decode_many(buf, sizes, ["bin"], version=2, check=False)
+    assert keys == ["k/0", "k/1", "k/2"] and fields["bin"] == [b"abc", b"abb", b"abc"]
+    version_1 = [bytes(r[:-8]) for r in records]
+    sizes = [len(r) for r in version_1]
+    assert framing.decode_many(b"".join(version_1), sizes, ["bin"], version=1, check=True) == (keys, fields)
+
+
+def test_framing_decode_many_rejects_lengths_that_wrap() -> None:
+    """Lengths that add up to the record's size only modulo 2**64, under a valid checksum, are an error."""
+    records = [framing.encode(f"k/{i}", {"bin": b"abc"}) for i in range(3)]
+    body = bytearray(records[1][:-8])
+    struct.pack_into("<QQ", body, 4, 3 + (1 << 63), 3 + (1 << 63))  # key and bin: 6 + 2**64 in all
+    records[1] = bytes(body) + struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(body)))
+    with pytest.raises(framing.RecordError, match="declares") as raised:
+        framing.decode_many(b"".join(records), list(map(len, records)), ["bin"], version=2, check=True)
+    assert raised.value.position == 1
 
 
 def test_framing_rejects_a_key_field() -> None:

@@ -20,10 +20,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import xxhash
 
 from shardpipe.errors import DataError
-from shardpipe.formats import Column, Fields
+from shardpipe.formats import Column, ColumnsOut, Fields
+from shardpipe.formats.layout import add_samples
 
 VERSION = 2
 VERSIONS = (1, 2)
@@ -38,6 +40,14 @@ _schemas: dict[bytes, tuple[str, ...]] = {}  # name-length table + names -> name
 
 class FramingError(DataError):
     """A record's bytes do not follow the layout; the message says where."""
+
+
+class RecordError(FramingError):
+    """Record ``position`` of a :func:`decode_many` call is damaged."""
+
+    def __init__(self, position: int, message: str) -> None:
+        super().__init__(message)
+        self.position = position
 
 
 def _table(count: int) -> struct.Struct:
@@ -148,3 +158,89 @@ def decode(record: bytes | memoryview, *, version: int = VERSION, check: bool = 
         fields[names[index]] = view[pos:stop].tobytes()
         pos = stop
     return key, fields
+
+
+def decode_many(
+    buf: bytes, sizes: Sequence[int], names: Sequence[str], *, version: int, check: bool
+) -> ColumnsOut:
+    """Decode the records laid end to end in ``buf`` (``sizes`` bytes each) into columns: keys and, for
+    each of ``names``, one list of values (``None`` where a record lacks the field).
+
+    Records that share the first one's field names (a shard repeats one set) are checked all at once with
+    array arithmetic over their headers, leaving per record only the checksum call and the slicing. When
+    any record differs or fails a check, every record is decoded by :func:`decode`, which names the fault:
+    a :class:`RecordError` carries the position of the damaged record.
+    """
+    view = memoryview(buf)
+    bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=bounds[1:])
+    fast = _decode_uniform(buf, bounds, names, version=version, check=check)
+    if fast is not None:
+        return fast
+    keys: list[str] = []
+    fields: dict[str, list[bytes | None]] = {name: [] for name in names}
+    for position, (start, stop) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)):
+        try:
+            key, sample = decode(view[start:stop], version=version, check=check)
+        except FramingError as exc:
+            raise RecordError(position, str(exc)) from exc
+        add_samples(keys, fields, [(key, sample)])
+    return keys, fields
+
+
+def _decode_uniform(
+    buf: bytes, bounds: np.ndarray, names: Sequence[str], *, version: int, check: bool
+) -> ColumnsOut | None:
+    """:func:`decode_many` when every record has the first one's field names and passes every check;
+    ``None`` otherwise (the caller then decodes record by record)."""
+    view, starts, sizes = memoryview(buf), bounds[:-1], np.diff(bounds)
+    tail = _CHECKSUM.size if version >= 2 else 0
+    if not len(sizes):
+        return [], {name: [] for name in names}
+    try:  # the first record's schema: the one the others must repeat
+        _, first = decode(view[: bounds[1]], version=version, check=False)
+    except FramingError:
+        return None
+    count = len(first) + 1
+    schema_start = 4 + 8 * count
+    schema = bytes(view[schema_start : schema_start + 2 * count]) + b"".join(
+        name.encode() for name in (KEY_FIELD, *first)
+    )
+    header = schema_start + len(schema)
+    if int(sizes.min()) < header + tail:
+        return None
+    data = np.frombuffer(buf, dtype=np.uint8)
+    heads = data[starts[:, None] + np.arange(header)]
+    lengths = heads[:, 4:schema_start].copy().view("<u8")
+    if not (
+        (heads[:, :4].copy().view("<u4")[:, 0] == count).all()
+        and (heads[:, schema_start:] == np.frombuffer(schema, dtype=np.uint8)).all()
+        and (lengths <= sizes[:, None].astype(np.uint64)).all()  # so that the sum cannot wrap
+        and (header + lengths.sum(axis=1, dtype=np.uint64) + tail == sizes.astype(np.uint64)).all()
+    ):
+        return None
+    ends = (bounds[1:] - tail).tolist()
+    if check and version >= 2:
+        digest = xxhash.xxh3_64_intdigest
+        stored = data[np.add.outer(bounds[1:] - tail, np.arange(tail))].copy().view("<u8")[:, 0]
+        sums = np.fromiter(
+            (digest(view[a:b]) for a, b in zip(starts.tolist(), ends, strict=True)), np.uint64, len(ends)
+        )
+        if not (sums == stored).all():
+            return None
+    cuts = np.empty((len(sizes), count + 1), dtype=np.int64)
+    cuts[:, 0] = starts + header
+    np.cumsum(lengths.astype(np.int64), axis=1, out=cuts[:, 1:])
+    cuts[:, 1:] += cuts[:, :1]
+    try:
+        keys = [
+            str(view[a:b], "utf-8") for a, b in zip(cuts[:, 0].tolist(), cuts[:, 1].tolist(), strict=True)
+        ]
+    except UnicodeDecodeError:
+        return None
+    fields: dict[str, list[bytes | None]] = {name: [None] * len(keys) for name in names}
+    for column, name in enumerate(first, start=1):
+        if name in fields:
+            values = cuts[:, column].tolist(), cuts[:, column + 1].tolist()
+            fields[name] = [buf[a:b] for a, b in zip(*values, strict=True)]
+    return keys, fields

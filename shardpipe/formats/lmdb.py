@@ -21,6 +21,7 @@ import os
 import struct
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -38,7 +39,6 @@ from shardpipe.formats.layout import (
     PARSE,
     SampleLayout,
     ShardIndex,
-    add_samples,
     fixed_columns,
 )
 
@@ -185,6 +185,15 @@ def _check_complete(env: lmdb.Environment, file_size: int, shard: str) -> None:
         raise CorruptShardError(shard, f"truncated: {file_size:,} bytes, its pages need {needed:,}")
 
 
+def _sample(runs: Sequence[tuple[int, int]], position: int) -> int:
+    """The sample index of the ``position``-th sample read by ``runs``."""
+    for start, stop in runs:
+        if position < stop - start:
+            return start + position
+        position -= stop - start
+    raise IndexError(position)
+
+
 def _small(value: memoryview | None) -> bytes:
     """A key or metadata value as bytes; ``b"?"`` when it is too long to be one, without touching it (a
     damaged length must not lead the copy past the file's end)."""
@@ -219,13 +228,41 @@ class LmdbReader:
         yield from self._read([(start, stop)])
 
     def read_runs(self, runs: Sequence[tuple[int, int]], names: Sequence[str]) -> ColumnsOut:
-        """Every run through one read transaction: a window reads hundreds of runs of a few samples."""
-        keys: list[str] = []
-        fields: dict[str, list[bytes | None]] = {name: [] for name in names}
-        add_samples(keys, fields, self._read(runs))
-        return keys, fields
+        """Every run through one read transaction, the records copied out end to end and decoded together
+        (:func:`framing.decode_many`): a window reads hundreds of runs of a few samples."""
+        self._check_runs(runs)
+        records: list[memoryview] = []
+        try:
+            with self._env.begin(buffers=True) as txn:
+                cursor = txn.cursor()
+                for start, stop in runs:
+                    if stop == start:
+                        continue
+                    if not cursor.set_key(_INDEX.pack(start)):
+                        raise CorruptShardError(self._shard, "no record under this index", sample_index=start)
+                    had = len(records)
+                    records += islice(cursor.iternext(keys=False, values=True), stop - start)
+                    if len(records) - had != stop - start or _small(cursor.key()) != _INDEX.pack(stop - 1):
+                        raise CorruptShardError(
+                            self._shard, "records are missing or out of order", sample_index=start
+                        )
+                sizes = list(map(len, records))
+                for position, size in enumerate(sizes):
+                    if size > self._file_size:  # a damaged length: never touch bytes past the file
+                        raise CorruptShardError(
+                            self._shard, f"record of {size:,} bytes", sample_index=_sample(runs, position)
+                        )
+                buf = b"".join(records)
+        except lmdb.Error as exc:
+            raise CorruptShardError(self._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
+        finally:
+            records.clear()  # the views point into the map, valid only inside the transaction
+        try:
+            return framing.decode_many(buf, sizes, names, version=self._version, check=self._check)
+        except framing.RecordError as exc:
+            raise CorruptShardError(self._shard, str(exc), sample_index=_sample(runs, exc.position)) from exc
 
-    def _read(self, runs: Sequence[tuple[int, int]]) -> Iterator[tuple[str, Fields]]:
+    def _check_runs(self, runs: Sequence[tuple[int, int]]) -> None:
         shard = self._shard
         if os.getpid() != self._pid:
             raise UsageError(
@@ -238,6 +275,10 @@ class LmdbReader:
             if not 0 <= start <= stop <= self.num_samples:
                 detail = f"samples [{start}, {stop}) requested, the shard holds '{self.num_samples}'"
                 raise CorruptShardError(shard, detail, sample_index=min(max(start, 0), self.num_samples))
+
+    def _read(self, runs: Sequence[tuple[int, int]]) -> Iterator[tuple[str, Fields]]:
+        self._check_runs(runs)
+        shard = self._shard
         index = runs[0][0] if runs else 0
         try:
             with self._env.begin(buffers=True) as txn:
