@@ -465,25 +465,22 @@ def test_framing_decodes_many_records_as_it_decodes_each(
         expected = _decode_each([bytes(r) for r in records], names)
     except framing.RecordError as exc:
         with pytest.raises(framing.RecordError) as raised:
-            framing.decode_many(b"".join(records), [len(r) for r in records], names, version=2, check=True)
+            framing.decode_many(records, names, version=2, check=True)
         assert raised.value.position == exc.position
     else:
-        buf, sizes = b"".join(records), [len(r) for r in records]
-        assert framing.decode_many(buf, sizes, names, version=2, check=True) == expected
+        assert framing.decode_many(records, names, version=2, check=True) == expected
 
 
 def test_framing_decode_many_skips_checksums_when_asked() -> None:
     records = [bytearray(framing.encode(f"k/{i}", {"bin": b"abc"})) for i in range(3)]
     records[1][-9] ^= 1  # the last data byte of record 1
-    buf, sizes = b"".join(records), [len(r) for r in records]
     with pytest.raises(framing.RecordError, match="checksum") as raised:
-        framing.decode_many(buf, sizes, ["bin"], version=2, check=True)
+        framing.decode_many(records, ["bin"], version=2, check=True)
     assert raised.value.position == 1
-    keys, fields = framing.decode_many(buf, sizes, ["bin"], version=2, check=False)
+    keys, fields = framing.decode_many(records, ["bin"], version=2, check=False)
     assert keys == ["k/0", "k/1", "k/2"] and fields["bin"] == [b"abc", b"abb", b"abc"]
     version_1 = [bytes(r[:-8]) for r in records]
-    sizes = [len(r) for r in version_1]
-    assert framing.decode_many(b"".join(version_1), sizes, ["bin"], version=1, check=True) == (keys, fields)
+    assert framing.decode_many(version_1, ["bin"], version=1, check=True) == (keys, fields)
 
 
 def test_framing_decode_many_rejects_lengths_that_wrap() -> None:
@@ -493,7 +490,7 @@ def test_framing_decode_many_rejects_lengths_that_wrap() -> None:
     struct.pack_into("<QQ", body, 4, 3 + (1 << 63), 3 + (1 << 63))  # key and bin: 6 + 2**64 in all
     records[1] = bytes(body) + struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(body)))
     with pytest.raises(framing.RecordError, match="declares") as raised:
-        framing.decode_many(b"".join(records), list(map(len, records)), ["bin"], version=2, check=True)
+        framing.decode_many(records, ["bin"], version=2, check=True)
     assert raised.value.position == 1
 
 

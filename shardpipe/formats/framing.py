@@ -33,6 +33,8 @@ _CHECKSUM = struct.Struct("<Q")
 KEY_FIELD = "__key__"
 _COUNT = struct.Struct("<I")
 _MAX_FIELDS = 4096
+_JOIN_BYTES = 16 << 10
+"""Records of at most this mean size are decoded from one joined copy (see ``_decode_uniform``)."""
 _tables: dict[int, struct.Struct] = {}
 _layouts: dict[tuple[str, ...], tuple[list[int], struct.Struct, tuple[int, ...], bytes]] = {}
 _schemas: dict[bytes, tuple[str, ...]] = {}  # name-length table + names -> names; a shard repeats one
@@ -136,67 +138,67 @@ def decode(record: bytes | memoryview, *, version: int = VERSION, check: bool = 
         if pos + sum(lengths[:count]) != end:
             raise FramingError(f"record is {size} bytes, its header declares {pos + sum(lengths[:count])}")
         view = record if isinstance(record, memoryview) else memoryview(record)
-        if (
-            check
-            and version >= 2
-            and xxhash.xxh3_64_intdigest(view[:end]) != _CHECKSUM.unpack_from(view, end)[0]
-        ):
-            raise FramingError("record bytes differ from their checksum")
         schema = bytes(view[names_start:pos])
         names = _schemas.get(schema) or _names(schema, count)
     except (struct.error, UnicodeDecodeError) as exc:
         raise FramingError(f"record of {size} bytes has a malformed header: {exc}") from exc
     key_end = pos + lengths[0]
+    fields: Fields = {}
+    stop = key_end
+    for index in range(1, count):
+        start, stop = stop, stop + lengths[index]
+        fields[names[index]] = view[start:stop].tobytes()
+    if check and version >= 2:  # over the copies: each byte read from the record once, then from the cache
+        digest = xxhash.xxh3_64(view[:key_end])
+        for value in fields.values():
+            digest.update(value)
+        if digest.intdigest() != _CHECKSUM.unpack_from(view, end)[0]:
+            raise FramingError("record bytes differ from their checksum")
     try:
         key = str(view[pos:key_end], "utf-8")
     except UnicodeDecodeError as exc:
         raise FramingError(f"key is not UTF-8: {exc}") from exc
-    fields: Fields = {}
-    pos = key_end
-    for index in range(1, count):
-        stop = pos + lengths[index]
-        fields[names[index]] = view[pos:stop].tobytes()
-        pos = stop
     return key, fields
 
 
 def decode_many(
-    buf: bytes, sizes: Sequence[int], names: Sequence[str], *, version: int, check: bool
+    records: Sequence[bytes | memoryview], names: Sequence[str], *, version: int, check: bool
 ) -> ColumnsOut:
-    """Decode the records laid end to end in ``buf`` (``sizes`` bytes each) into columns: keys and, for
-    each of ``names``, one list of values (``None`` where a record lacks the field).
+    """Decode ``records`` into columns: keys and, for each of ``names``, one list of values (``None``
+    where a record lacks the field), copied out of the records (which may be transient buffers).
 
-    Records that share the first one's field names (a shard repeats one set) are checked all at once with
-    array arithmetic over their headers, leaving per record only the checksum call and the slicing. When
-    any record differs or fails a check, every record is decoded by :func:`decode`, which names the fault:
-    a :class:`RecordError` carries the position of the damaged record.
+    Small records that share the first one's field names (a shard repeats one set) are copied end to end
+    into one buffer and their headers checked all at once with array arithmetic, leaving per record only
+    the checksum call and the slicing. Large ones, and every record when any differs or fails a check,
+    are decoded one by one by :func:`decode`, which names the fault: a :class:`RecordError` carries the
+    position of the damaged record.
     """
-    view = memoryview(buf)
-    bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=bounds[1:])
-    fast = _decode_uniform(buf, bounds, names, version=version, check=check)
-    if fast is not None:
-        return fast
+    sizes = np.fromiter(map(len, records), np.int64, len(records))
+    if int(sizes.sum()) <= _JOIN_BYTES * len(records):
+        fast = _decode_joined(b"".join(records), sizes, names, version=version, check=check)
+        if fast is not None:
+            return fast
     keys: list[str] = []
     fields: dict[str, list[bytes | None]] = {name: [] for name in names}
-    for position, (start, stop) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)):
+    for position, record in enumerate(records):
         try:
-            key, sample = decode(view[start:stop], version=version, check=check)
+            key, sample = decode(record, version=version, check=check)
         except FramingError as exc:
             raise RecordError(position, str(exc)) from exc
         add_samples(keys, fields, [(key, sample)])
     return keys, fields
 
 
-def _decode_uniform(
-    buf: bytes, bounds: np.ndarray, names: Sequence[str], *, version: int, check: bool
+def _decode_joined(
+    joined: bytes, sizes: np.ndarray, names: Sequence[str], *, version: int, check: bool
 ) -> ColumnsOut | None:
-    """:func:`decode_many` when every record has the first one's field names and passes every check;
-    ``None`` otherwise (the caller then decodes record by record)."""
-    view, starts, sizes = memoryview(buf), bounds[:-1], np.diff(bounds)
-    tail = _CHECKSUM.size if version >= 2 else 0
+    """:func:`decode_many` of the records laid end to end in ``joined`` when every one has the first
+    one's field names and passes every check; ``None`` otherwise."""
     if not len(sizes):
         return [], {name: [] for name in names}
+    view, bounds = memoryview(joined), np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=bounds[1:])
+    starts, tail = bounds[:-1], _CHECKSUM.size if version >= 2 else 0
     try:  # the first record's schema: the one the others must repeat
         _, first = decode(view[: bounds[1]], version=version, check=False)
     except FramingError:
@@ -209,7 +211,7 @@ def _decode_uniform(
     header = schema_start + len(schema)
     if int(sizes.min()) < header + tail:
         return None
-    data = np.frombuffer(buf, dtype=np.uint8)
+    data = np.frombuffer(joined, dtype=np.uint8)
     heads = data[starts[:, None] + np.arange(header)]
     lengths = heads[:, 4:schema_start].copy().view("<u8")
     if not (
@@ -219,14 +221,11 @@ def _decode_uniform(
         and (header + lengths.sum(axis=1, dtype=np.uint64) + tail == sizes.astype(np.uint64)).all()
     ):
         return None
-    ends = (bounds[1:] - tail).tolist()
     if check and version >= 2:
-        digest = xxhash.xxh3_64_intdigest
-        stored = data[np.add.outer(bounds[1:] - tail, np.arange(tail))].copy().view("<u8")[:, 0]
-        sums = np.fromiter(
-            (digest(view[a:b]) for a, b in zip(starts.tolist(), ends, strict=True)), np.uint64, len(ends)
-        )
-        if not (sums == stored).all():
+        ends, digest = bounds[1:] - tail, xxhash.xxh3_64_intdigest
+        stored = data[ends[:, None] + np.arange(tail)].copy().view("<u8")[:, 0]
+        spans = zip(starts.tolist(), ends.tolist(), strict=True)
+        if not (np.fromiter((digest(view[a:b]) for a, b in spans), np.uint64, len(sizes)) == stored).all():
             return None
     cuts = np.empty((len(sizes), count + 1), dtype=np.int64)
     cuts[:, 0] = starts + header
@@ -241,6 +240,6 @@ def _decode_uniform(
     fields: dict[str, list[bytes | None]] = {name: [None] * len(keys) for name in names}
     for column, name in enumerate(first, start=1):
         if name in fields:
-            values = cuts[:, column].tolist(), cuts[:, column + 1].tolist()
-            fields[name] = [buf[a:b] for a, b in zip(*values, strict=True)]
+            spans = zip(cuts[:, column].tolist(), cuts[:, column + 1].tolist(), strict=True)
+            fields[name] = [joined[a:b] for a, b in spans]
     return keys, fields

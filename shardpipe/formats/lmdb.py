@@ -228,39 +228,34 @@ class LmdbReader:
         yield from self._read([(start, stop)])
 
     def read_runs(self, runs: Sequence[tuple[int, int]], names: Sequence[str]) -> ColumnsOut:
-        """Every run through one read transaction, the records copied out end to end and decoded together
+        """Every run through one read transaction, and the records decoded together
         (:func:`framing.decode_many`): a window reads hundreds of runs of a few samples."""
         self._check_runs(runs)
-        records: list[memoryview] = []
+        shard, records = self._shard, list[memoryview]()
         try:
-            with self._env.begin(buffers=True) as txn:
+            with self._env.begin(buffers=True) as txn:  # the records point into the map until it ends
                 cursor = txn.cursor()
                 for start, stop in runs:
                     if stop == start:
                         continue
                     if not cursor.set_key(_INDEX.pack(start)):
-                        raise CorruptShardError(self._shard, "no record under this index", sample_index=start)
+                        raise CorruptShardError(shard, "no record under this index", sample_index=start)
                     had = len(records)
                     records += islice(cursor.iternext(keys=False, values=True), stop - start)
                     if len(records) - had != stop - start or _small(cursor.key()) != _INDEX.pack(stop - 1):
                         raise CorruptShardError(
-                            self._shard, "records are missing or out of order", sample_index=start
+                            shard, "records are missing or out of order", sample_index=start
                         )
                 sizes = list(map(len, records))
-                for position, size in enumerate(sizes):
-                    if size > self._file_size:  # a damaged length: never touch bytes past the file
-                        raise CorruptShardError(
-                            self._shard, f"record of {size:,} bytes", sample_index=_sample(runs, position)
-                        )
-                buf = b"".join(records)
-        except lmdb.Error as exc:
-            raise CorruptShardError(self._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
-        finally:
-            records.clear()  # the views point into the map, valid only inside the transaction
-        try:
-            return framing.decode_many(buf, sizes, names, version=self._version, check=self._check)
+                if records and max(sizes) > self._file_size:  # a damaged length: never touch past the file
+                    position = next(i for i, size in enumerate(sizes) if size > self._file_size)
+                    detail = f"record of {sizes[position]:,} bytes"
+                    raise CorruptShardError(shard, detail, sample_index=_sample(runs, position))
+                return framing.decode_many(records, names, version=self._version, check=self._check)
         except framing.RecordError as exc:
-            raise CorruptShardError(self._shard, str(exc), sample_index=_sample(runs, exc.position)) from exc
+            raise CorruptShardError(shard, str(exc), sample_index=_sample(runs, exc.position)) from exc
+        except lmdb.Error as exc:
+            raise CorruptShardError(shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
 
     def _check_runs(self, runs: Sequence[tuple[int, int]]) -> None:
         shard = self._shard
