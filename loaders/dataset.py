@@ -42,6 +42,7 @@ from loaders.position import Position
 from loaders.readers import ShardReaders
 from loaders.source import DatasetSource
 from loaders.world import get_worker, get_world
+from shardpipe.cache import DEFAULT_PREFETCH
 from shardpipe.errors import DataError
 from shardpipe.formats import get_format
 from shardpipe.manifest import Manifest
@@ -100,7 +101,7 @@ class ShardedDataset(IterableDataset[Sample]):
         check: bool = True,
         cache_dir: str | Path | None = None,
         cache_limit: int | str | None = None,
-        prefetch: int = 2,
+        prefetch: int = DEFAULT_PREFETCH,
         storage_options: Mapping[str, Any] | None = None,
         cache: bool = True,
     ) -> None:

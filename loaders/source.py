@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardpipe.cache import ShardCache
+from shardpipe.cache import DEFAULT_PREFETCH, ShardCache, ShardRef
 from shardpipe.formats.layout import ShardIndex, fixed_columns
 from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, load_manifest, manifest_path
 from shardpipe.storage import Store, is_remote, open_store, redact_url
@@ -31,7 +31,7 @@ class DatasetSource:
         *,
         cache_dir: str | Path | None = None,
         cache_limit: int | str | None = None,
-        prefetch: int = 2,
+        prefetch: int = DEFAULT_PREFETCH,
         storage_options: Mapping[str, Any] | None = None,
         cache: bool = True,
     ) -> None:
@@ -63,10 +63,9 @@ class DatasetSource:
         if self._store is None:
             return ShardIndex.read(self.root / entry.index_path, entry.num_samples, fields, version=version,
                                    sha256=sha256)  # fmt: skip
-        if self._cache is not None and entry.index_sha256 is not None:
+        if self._cache is not None and (ref := self._index_ref(entry)) is not None:
             # Indexes go through the node cache too: fetched once per node, not once per worker and epoch.
-            size = (entry.num_samples + 1) * (fixed_columns(version) + 2 * len(fields)) * 8
-            with self._cache.local(entry.index_path, entry.index_sha256, size) as path:
+            with self._cache.local(ref.path, ref.sha256, ref.num_bytes) as path:
                 return ShardIndex.read(path, entry.num_samples, fields, version=version, sha256=sha256)
         data = self._store.read(entry.index_path)
         return ShardIndex.from_bytes(data, entry.num_samples, fields, version=version, sha256=sha256,
@@ -88,9 +87,17 @@ class DatasetSource:
         return RemoteShard(self._store, entry.path, f"{self.display}/{entry.path}", entry.num_bytes)
 
     def plan(self, entries: Sequence[ShardEntry]) -> None:
-        """The shards this process reads next, in order: the cache prefetches and evicts by it."""
+        """The shards this process reads next, in order: the cache prefetches and evicts by it (each
+        shard's index just before the shard: a reader loads it first)."""
         if self._cache is not None:
-            self._cache.plan(entries)
+            self._cache.plan([ref for entry in entries for ref in (self._index_ref(entry), entry) if ref])
+
+    def _index_ref(self, entry: ShardEntry) -> ShardRef | None:
+        """The shard's index as the cache fetches it, if the manifest names it with its checksum."""
+        if entry.index_path is None or entry.index_sha256 is None:
+            return None
+        columns = fixed_columns(self.manifest.index_version) + 2 * len(self.manifest.fields)
+        return ShardRef(entry.index_path, entry.index_sha256, (entry.num_samples + 1) * columns * 8)
 
     def close(self) -> None:
         if self._cache is not None:

@@ -4,7 +4,8 @@
 sha256, held against eviction until the block ends. The first process on a node that needs a shard
 downloads it (to a temporary, checked, renamed); every other process and thread waits for that download
 instead of starting its own. ``plan(shards)`` tells the cache the order this process will read in: the
-next ``prefetch`` shards are fetched in the background while the current one is read, and eviction under
+next ``prefetch`` shards not yet cached are fetched in the background while the current one is read (one
+another process is fetching is left to it, and the next one taken instead), and eviction under
 ``cache_limit`` drops the shard whose next use is furthest away over every live reader's plan on the node
 (``shardpipe.cacheplans``), so one worker does not evict the shard another reads next. A dataset on a
 local path is not copied: ``local`` yields the file itself.
@@ -38,7 +39,10 @@ from shardpipe.storage import RetryPolicy, Store, open_store, redact_url
 
 log = logging.getLogger("shardpipe.cache")
 
-DEFAULT_PREFETCH = 2
+DEFAULT_PREFETCH = 4
+LOOKAHEAD = 4
+"""Prefetch looks this many times ``prefetch`` plan entries ahead for shards not yet cached: readers of
+one node read many shards in the same order, and a shard another process is fetching is skipped."""
 #: Downloads of one shard that may fail their sha256 check before ``CorruptShardError``.
 DOWNLOAD_ATTEMPTS = 3
 
@@ -220,20 +224,29 @@ class ShardCache:
             found = bisect.bisect_left(uses, self._position)
             if found < len(uses) and uses[found] != self._position:
                 self._set_position(uses[found])
-            upcoming = self._plan[self._position + 1 : self._position + 1 + self.prefetch] if uses else []
-        for nxt in upcoming:
-            self._start_prefetch(nxt)
+            ahead = (
+                self._plan[self._position + 1 : self._position + 1 + LOOKAHEAD * self.prefetch]
+                if uses
+                else []
+            )
+        started = 0
+        for nxt in dict.fromkeys(ahead):  # distinct, in plan order
+            if started == self.prefetch:
+                break
+            started += self._start_prefetch(nxt)
 
-    def _start_prefetch(self, ref: ShardRef) -> None:
+    def _start_prefetch(self, ref: ShardRef) -> bool:
+        """Fetch ``ref`` in the background unless it is cached or this process already fetches it;
+        whether it is (or was already) on its way."""
         if self.directory.final(ref.sha256).exists():
-            return
+            return False
         with self._lock:
             running = self._in_flight.get(ref.sha256)
-            if running is not None and not running.done():
-                return
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.prefetch, thread_name_prefix="shardpipe-prefetch")
-            self._in_flight[ref.sha256] = self._pool.submit(self._prefetch, ref)
+            if running is None or running.done():
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.prefetch, thread_name_prefix="shardpipe-prefetch")
+                self._in_flight[ref.sha256] = self._pool.submit(self._prefetch, ref)
+        return True
 
     def _prefetch(self, ref: ShardRef) -> None:
         try:
@@ -246,8 +259,8 @@ class ShardCache:
         cache = self.directory
         if cache.final(ref.sha256).exists():
             return
-        with cache.fetching(ref.sha256):
-            if cache.final(ref.sha256).exists():  # another process or thread fetched it meanwhile
+        with cache.fetching(ref.sha256, wait=not background) as mine:
+            if not mine or cache.final(ref.sha256).exists():  # another process or thread has it in hand
                 return
             needed_in = self.next_use(ref.sha256) if background else 0.0
 

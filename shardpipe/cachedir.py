@@ -80,10 +80,11 @@ class CacheDir:
         return total
 
     @contextmanager
-    def fetching(self, sha256: str) -> Iterator[None]:
-        """Exclusive right to download ``sha256`` on this node."""
-        with flocked(self.locks / f"{sha256}.fetch", fcntl.LOCK_EX):
-            yield
+    def fetching(self, sha256: str, *, wait: bool = True) -> Iterator[bool]:
+        """Exclusive right to download ``sha256`` on this node; yields False when ``wait`` is False and
+        another process or thread holds it."""
+        with flocked(self.locks / f"{sha256}.fetch", fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB)) as mine:
+            yield mine
 
     @contextmanager
     def reading(self, sha256: str) -> Iterator[Path | None]:

@@ -220,6 +220,25 @@ def test_prefetch_fetches_the_next_shards_of_the_plan(s3: S3Server, s3_root: str
     assert cached == [True, True, True, False]
 
 
+def test_prefetch_passes_over_shards_cached_or_being_fetched_elsewhere(
+    s3: S3Server, s3_root: str, tmp_path: Path
+) -> None:
+    """Readers of one node read many shards in the same order: a prefetch takes the next shards that are
+    neither cached nor in another process's hands, instead of waiting behind that process."""
+    shards = upload_shards(s3, s3_root, [10_000] * 6)
+    refs = [ref for ref, _ in shards]
+    with make_cache(s3, s3_root, tmp_path, prefetch=2) as cache:
+        with cache.local(refs[1].path, refs[1].sha256, refs[1].num_bytes):  # cached already
+            pass
+        lock = cache.directory.locks / f"{refs[2].sha256}.fetch"
+        with flocked(lock, fcntl.LOCK_EX):  # another process is fetching shard 2
+            cache.plan([refs[0], refs[1], refs[1], refs[2], refs[3], refs[4], refs[5]])
+            with cache.local(refs[0].path, refs[0].sha256, refs[0].num_bytes):
+                cache.wait_prefetched(timeout=30)
+            cached = [cache.directory.final(ref.sha256).exists() for ref in refs]
+    assert cached == [True, True, False, True, False, False]
+
+
 def _hold_lock_and_reservation(cache_dir: str, sha256: str, ready: Any) -> None:
     from shardpipe.cachedir import CacheDir
 

@@ -184,3 +184,22 @@ def test_cache_false_refuses_lmdb(s3: S3Server, s3_root: str, tmp_path: Path) ->
     upload(local, s3_root, options)
     with pytest.raises(UsageError, match="cannot be read by byte ranges"):
         list(ShardedDataset(s3_root, rank=0, world_size=1, storage_options=options, cache=False))
+
+
+def test_the_cache_prefetches_indexes_with_their_shards(
+    bucket: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """A reader loads a shard's index before the shard: both are in the plan the cache prefetches by."""
+    url, options = bucket
+    dataset = ShardedDataset(url, storage_options=options, cache_dir=tmp_path / "c", prefetch=2)
+    entries = dataset.shards[:3]
+    dataset.source.plan(entries)
+    cache = dataset.source._cache
+    assert cache is not None
+    planned = [ref.path for ref in cache._plan]
+    assert planned == [path for e in entries for path in (e.index_path, e.path)]
+    with dataset.source.shard(entries[0]):  # reading shard 0 prefetches index 1 and shard 1
+        cache.wait_prefetched(timeout=30)
+    assert all(cache.directory.final(e.sha256).exists() for e in entries[:2])
+    assert cache.directory.final(entries[1].index_sha256 or "").exists()
+    assert not cache.directory.final(entries[2].sha256).exists()
