@@ -14,13 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xxhash
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.formats import Fields, Format, all_formats, framing, get_format
+from shardpipe.formats import Fields, Format, all_formats, framing, get_format, spanreader
 from shardpipe.formats import lmdb as lmdb_format
 from shardpipe.formats.layout import CHECKSUM, NO_SPAN, ShardIndex, shard_checksums
+from shardpipe.formats.spanreader import JOINED_BYTES
 from tests.datagen import read_with_webdataset
 
 FORMATS = sorted(all_formats())
@@ -427,6 +428,48 @@ def test_framing_never_crashes_on_garbage(record: bytes) -> None:
         framing.decode(record)
 
 
+@pytest.mark.parametrize("name", ["tar", "tfrecord"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    runs=st.lists(st.tuples(st.integers(0, 24), st.integers(0, 4)), max_size=12),
+    damaged=st.one_of(st.none(), st.integers(0, 24)),
+)
+@example(runs=[(3, 5), (0, 0), (20, 4)], damaged=5)
+@example(runs=[(3, 5), (20, 4)], damaged=None)
+def test_read_runs_joined_agrees_with_the_chunked_path(
+    name: str, runs: list[tuple[int, int]], damaged: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-buffer path of small runs (tar, TFRecord) gives the columns, and names the damaged sample,
+    exactly as the run-by-run chunked path does; samples lacking a field included."""
+    samples = some_samples(25)
+    samples[3] = (samples[3][0], {"bin": b"only bin"})  # lacks 'cls'
+    runs = [(start, min(start + count, 25)) for start, count in runs]
+    fmt = get_format(name)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"s.{name}"
+        index = write(fmt, path, samples)
+        if damaged is not None:
+            data = bytearray(path.read_bytes())
+            data[index[damaged + 1] - 6] ^= 1  # inside sample `damaged`, near its end
+            path.write_bytes(bytes(data))
+        results = []
+        for joined_bytes in (JOINED_BYTES, 0):  # the default, then the chunked path only
+            monkeypatch.setattr(spanreader, "JOINED_BYTES", joined_bytes)
+            with fmt.open_reader(path, index) as reader:
+                try:
+                    results.append(reader.read_runs(runs, ["bin", "cls"]))
+                except CorruptShardError as exc:
+                    results.append(exc.sample_index)
+    assert results[0] == results[1]
+    wanted = [i for start, stop in runs for i in range(start, stop)]
+    if damaged in wanted:
+        assert results[0] == damaged
+    else:
+        keys, fields = results[0]
+        assert keys == [samples[i][0] for i in wanted]
+        assert fields["cls"] == [samples[i][1].get("cls") for i in wanted]
+
+
 def _decode_each(records: Sequence[bytes], names: Sequence[str]) -> tuple[list[str], dict[str, list]]:
     """What ``decode_many`` must return, record by record; ``RecordError`` at the first bad one."""
     keys: list[str] = []
@@ -500,8 +543,6 @@ def test_framing_rejects_a_key_field() -> None:
 
 
 def test_tar_reads_spans_larger_than_one_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from shardpipe.formats import spanreader
-
     monkeypatch.setattr(spanreader, "READ_CHUNK", 3000)  # a few samples per read, one sample above it
     samples = [*some_samples(9), ("big/1", {"bin": b"b" * 5000}), *some_samples(3, size=7)[1:]]
     samples[-2:] = [(f"z/{i}", fields) for i, (_, fields) in enumerate(samples[-2:])]

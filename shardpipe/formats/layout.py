@@ -321,6 +321,56 @@ def cut_columns(
             values.append(None if a == NO_SPAN else view[a - base : row[column + 1] - base].tobytes())
 
 
+def cut_joined(
+    view: memoryview, index: ShardIndex, starts: np.ndarray, stops: np.ndarray, shifts: np.ndarray,
+    names: Sequence[str], verified: bool, shard: str,
+) -> tuple[list[str], dict[str, list[bytes | None]]]:  # fmt: skip
+    """Keys and field columns of the samples of runs ``[starts[i], stops[i])``, whose bytes lie in
+    ``view`` shifted by ``shifts[i]`` from their file offsets, as :func:`check_spans` and
+    :func:`cut_columns` give them run by run, from one gather of the runs' index rows."""
+    counts = stops - starts
+    run_of = np.repeat(np.arange(len(counts)), counts)
+    samples = np.arange(int(counts.sum())) - (np.cumsum(counts) - counts)[run_of] + starts[run_of]
+    rows, shift = index.table[samples], shifts[run_of]
+    begin = (rows[:, OFFSET].astype(np.int64) + shift).tolist()
+    if verified and len(samples):
+        end = (index.offsets[samples + 1].astype(np.int64) + shift).tolist()
+        sums = np.fromiter(
+            (checksum(view[a:b]) for a, b in zip(begin, end, strict=True)), np.uint64, len(end)
+        )
+        bad = np.flatnonzero(sums != rows[:, CHECKSUM])
+        if len(bad):
+            raise CorruptShardError(
+                shard, "sample bytes differ from their checksum", sample_index=int(samples[bad[0]]),
+                offset=int(rows[bad[0], OFFSET]),
+            )  # fmt: skip
+    key_spans = zip((rows[:, KEY_START].astype(np.int64) + shift).tolist(),
+                    (rows[:, KEY_STOP].astype(np.int64) + shift).tolist(), strict=True)  # fmt: skip
+    try:
+        keys = [str(view[a:b], "utf-8") for a, b in key_spans]
+    except UnicodeDecodeError:
+        keys = []
+        for i, row in enumerate(rows.tolist()):  # the first key that fails, named
+            span = view[row[KEY_START] + int(shift[i]) : row[KEY_STOP] + int(shift[i])]
+            try:
+                keys.append(str(span, "utf-8"))
+            except UnicodeDecodeError as exc:
+                detail = f"key is not UTF-8: {exc}"
+                raise CorruptShardError(shard, detail, sample_index=int(samples[i])) from None
+    fields: dict[str, list[bytes | None]] = {}
+    for name in names:
+        column = index.first_field + 2 * index.fields.index(name)
+        present = rows[:, column] != NO_SPAN
+        a = (rows[:, column].astype(np.int64) + shift).tolist()
+        b = (rows[:, column + 1].astype(np.int64) + shift).tolist()
+        if present.all():
+            fields[name] = [view[x:y].tobytes() for x, y in zip(a, b, strict=True)]
+        else:
+            has = present.tolist()
+            fields[name] = [view[x:y].tobytes() if h else None for x, y, h in zip(a, b, has, strict=True)]
+    return keys, fields
+
+
 def add_samples(
     keys: list[str], fields: dict[str, list[bytes | None]], samples: Iterable[tuple[str, dict[str, bytes]]]
 ) -> None:

@@ -17,6 +17,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar, cast
 
+import numpy as np
+
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.formats import ColumnsOut, Fields, Offsets, RemoteBytes
 from shardpipe.formats.layout import (
@@ -27,6 +29,7 @@ from shardpipe.formats.layout import (
     check_spans,
     column_specs,
     cut_columns,
+    cut_joined,
     cut_samples,
     is_plain,
 )
@@ -35,6 +38,8 @@ T = TypeVar("T")
 READ_CHUNK = 1 << 20
 """Bytes of whole samples per read (one sample may exceed it): small enough that a chunk is still in the
 CPU cache when its samples are checked and sliced (docs/performance.md, "Formats")."""
+JOINED_BYTES = 4 << 20
+"""Bytes of all runs of one ``read_runs`` call up to which they are read into one buffer and cut together."""
 
 
 class SpanReader:
@@ -95,6 +100,10 @@ class SpanReader:
                 cut_columns(view, rows, columns, first, base, self._shard, keys)
 
         fast = isinstance(index, ShardIndex) and index.all_plain and not self._check_framing
+        if fast and self._remote is None:
+            joined = self._read_joined(runs, names)
+            if joined is not None:
+                return joined
         all_rows = self._rows_of(runs) if fast else [None] * len(runs)
         if self._remote is not None and fast:
             wanted = [(rows[0][OFFSET], rows[-1][OFFSET]) for rows in all_rows if rows is not None]
@@ -110,6 +119,35 @@ class SpanReader:
                 for _ in self._chunks(start, stop, add):
                     pass
         return keys, fields
+
+    def _read_joined(self, runs: Sequence[tuple[int, int]], names: Sequence[str]) -> ColumnsOut | None:
+        """Every run read end to end into one buffer (a ``preadv`` each), then checked and cut by index
+        arithmetic (:func:`cut_joined`): per sample only the checksum call and the slicing. ``None`` when
+        the runs hold more than ``JOINED_BYTES``: large samples go the chunked way, which keeps each chunk
+        in the CPU cache while it is checked and cut, and whose per-run cost they can afford."""
+        index = cast(ShardIndex, self._index)
+        for start, stop in runs:
+            self._check_bounds(start, stop)
+        starts = np.fromiter((start for start, _ in runs), np.int64, len(runs))
+        stops = np.fromiter((stop for _, stop in runs), np.int64, len(runs))
+        bases, ends = index.offsets[starts].astype(np.int64), index.offsets[stops].astype(np.int64)
+        sizes = ends - bases
+        total = int(sizes.sum())
+        if total > JOINED_BYTES:
+            return None
+        positions = np.cumsum(sizes) - sizes
+        if total > len(self._buffer):
+            self._buffer = bytearray(total)
+        view = memoryview(self._buffer)[:total]
+        if not self._closer.alive:
+            raise UsageError(f"the reader of {self._shard} is closed")
+        reads = zip(bases.tolist(), sizes.tolist(), positions.tolist(), starts.tolist(), strict=True)
+        for base, size, at, start in reads:
+            if size and os.preadv(self._fd, [view[at : at + size]], base) != size:
+                raise CorruptShardError(
+                    self._shard, "file ends inside the span", sample_index=start, offset=base
+                )
+        return cut_joined(view, index, starts, stops, positions - bases, names, self._verified, self._shard)
 
     def _rows_of(self, runs: Sequence[tuple[int, int]]) -> list[Rows]:
         """Each run's index rows (and the row after its last sample): a slice each, cheaper than one
