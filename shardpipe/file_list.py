@@ -26,13 +26,14 @@ from typing import Any
 
 from shardpipe.errors import DataError, UsageError
 from shardpipe.line_pieces import cut_ranges
-from shardpipe.list_piece import ListSource, PieceColumns, list_kind, read_list_piece
+from shardpipe.list_piece import ListSource, PieceColumns, list_kind, open_parquet, read_list_piece
 from shardpipe.sources import Grouped
 
-PIECE_BYTES = 32 << 20
+PIECE_BYTES = 8 << 20
 """Bytes of a list per task (for Parquet: compressed row groups, whole groups per task). Large enough
-that a task's overhead is small beside its parsing and stat calls, small enough to spread a large list
-over many workers; a list below this is one piece, read as one table."""
+that a task's overhead (a pickle round trip, or a Ray task) is small beside parsing and statting its
+rows, small enough that a list of a few hundred MiB spreads over dozens of workers and that a task sizing
+URL cells (a request each) ends in reasonable time; a list below this is one piece, read as one table."""
 
 _TEXT_TYPES = frozenset({"string", "large_string", "binary", "large_binary"})
 
@@ -68,13 +69,11 @@ def scan_file_list(
 def plan_pieces(source: ListSource, piece_bytes: int) -> list[tuple[int, int]]:
     """Cut the list into pieces of about ``piece_bytes``, from its size or its Parquet footer only."""
     try:
-        store, key = source.store()
         if source.kind != "parquet":
+            store, key = source.store()
             return cut_ranges(store.size(key), piece_bytes)
-        import pyarrow.parquet
-
-        with store.open(key) as file:
-            metadata = pyarrow.parquet.ParquetFile(file).metadata
+        with open_parquet(source) as parquet:
+            metadata = parquet.metadata
     except (OSError, ValueError) as exc:  # pyarrow.ArrowInvalid is a ValueError
         raise DataError(f"cannot read file list {source.shown}: {exc}") from exc
     sizes = []

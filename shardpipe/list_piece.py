@@ -15,7 +15,8 @@ cell's size comes from its store) and returns columns, never one object per row.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,14 +106,12 @@ def _read_table(source: ListSource, piece: tuple[int, int], whole: bool) -> Any:
     import pyarrow as pa
     import pyarrow.csv
     import pyarrow.json
-    import pyarrow.parquet
 
-    store, key = source.store()
     if source.kind == "parquet":
-        with store.open(key) as file:
-            parquet = pyarrow.parquet.ParquetFile(file)
+        with open_parquet(source) as parquet:
             groups = range(parquet.metadata.num_row_groups) if whole else range(*piece)
             return parquet.read_row_groups(list(groups))
+    store, key = source.store()
     size = store.size(key)
     start, stop = (0, size) if whole else piece
 
@@ -129,6 +128,25 @@ def _read_table(source: ListSource, piece: tuple[int, int], whole: bool) -> Any:
             return pa.table({})
         data = first_line(read, size) + data
     return pyarrow.csv.read_csv(pa.BufferReader(data))
+
+
+@contextmanager
+def open_parquet(source: ListSource) -> Iterator[Any]:
+    """The list as a ``pyarrow.parquet.ParquetFile``: by path when local (pyarrow's own reads), else
+    through a file object of its store."""
+    import pyarrow.parquet
+
+    store, key = source.store()
+    local = store.local_path(key)
+    if local is not None:
+        parquet = pyarrow.parquet.ParquetFile(local)
+        try:
+            yield parquet
+        finally:
+            parquet.close()
+        return
+    with store.open(key) as file:
+        yield pyarrow.parquet.ParquetFile(file)
 
 
 def _columns(source: ListSource, table: Any) -> PieceColumns:
