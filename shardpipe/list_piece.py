@@ -26,8 +26,15 @@ from shardpipe.line_pieces import first_line, owned_lines
 from shardpipe.remote_source import Stores, join_cell, sizes_of
 from shardpipe.storage import Store, is_remote, open_store, redact_url, split_url
 
-KINDS = {".csv": "csv", ".jsonl": "json", ".ndjson": "json", ".json": "json", ".parquet": "parquet"}
-KINDS[".pq"] = "parquet"
+KINDS = {
+    ".csv": "csv",
+    ".jsonl": "json",
+    ".ndjson": "json",
+    ".json": "json",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+"""A list's kind by the suffix of its name."""
 
 Cell = str | bytes | None
 """A path or URL (``str``), literal bytes, or None where the row has no value."""
@@ -114,6 +121,11 @@ def _read_table(source: ListSource, piece: tuple[int, int], whole: bool) -> Any:
     store, key = source.store()
     size = store.size(key)
     start, stop = (0, size) if whole else piece
+    if stop > size:
+        raise DataError(
+            f"cannot read file list {source.shown}: it has {size} bytes, but had at least {stop} when it "
+            f"was cut into pieces; a list must not change during a pack"
+        )
 
     def read(first: int, last: int) -> bytes:
         return store.read_range(key, first, last)
