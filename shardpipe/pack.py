@@ -10,10 +10,11 @@ uses a local process pool of ``options.workers`` processes, or this process when
 other executor (a cluster engine's) may be passed instead. The contract an executor must honour, and
 that this code keeps for it:
 
-* Two kinds of task are submitted: ``shardpipe.sources.scan_names(chunk)`` (list one folder's names) and
-  ``shardpipe.write.write_shard(job, out, format_name)`` (write one shard). Both are module-level
-  functions; their arguments and results (tuples, lists, ``str``, ``Path``, ``ShardJob``,
-  ``ShardEntry``) and their errors (``shardpipe.errors`` types) pickle.
+* Three kinds of task are submitted: ``shardpipe.sources.scan_names(chunk)`` (list one folder's names),
+  ``shardpipe.list_piece.read_list_piece(source, piece, whole)`` (read, check and size one piece of a
+  file list) and ``shardpipe.write.write_shard(job, out, format_name)`` (write one shard). All are
+  module-level functions; their arguments and results (tuples, lists, ``str``, ``Path``, ``ListSource``,
+  ``PieceColumns``, ``ShardJob``, ``ShardEntry``) and their errors (``shardpipe.errors`` types) pickle.
 * A task's result depends only on its arguments, never on the process, machine or order that ran it: the
   plan is made once, here, before any task runs. So any executor gives byte-identical shards and
   manifest, and retrying a task is safe (a shard is written under a temporary name and renamed).

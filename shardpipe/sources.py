@@ -237,7 +237,9 @@ def scan_source(
     else:
         from shardpipe.file_list import scan_file_list  # a list needs pyarrow; a tree does not
 
-        grouped = scan_file_list(src, literal_fields=literal_fields, storage_options=storage_options)
+        grouped = scan_file_list(
+            src, literal_fields=literal_fields, storage_options=storage_options, pool=pool
+        )
     if not grouped:
         raise DataError(f"source {src} holds no samples (files named <key>.<field>, e.g. 0001.jpg)")
     fields = tuple(sorted(grouped))

@@ -9,9 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow
+import pyarrow.csv
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
 
+from shardpipe import file_list
 from shardpipe.cli import main
 from tests.datagen import make_tree
 from tests.ray_cluster import token_auth, two_node_cluster
@@ -80,18 +84,29 @@ def test_killed_ray_driver_then_resume_completes_the_pack(tmp_path: Path) -> Non
     assert files(out) == files(tmp_path / "local")
 
 
-def test_engine_ray_on_a_file_list_matches_local(tmp_path: Path) -> None:
-    """A csv file list (paths and a literal label column) packs to the same bytes on a local Ray."""
+def test_engine_ray_on_a_file_list_matches_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """csv and parquet lists (paths and a literal label column), read in many pieces by Ray tasks, pack to
+    the same bytes as a one-worker local pack that reads each list as one piece."""
     make_tree(tmp_path / "src", 40, classes=2, fields=("bin",))
-    rows = ["key,bin,label"] + [
-        f"{p.parent.name}/{p.stem},{p.relative_to(tmp_path).as_posix()},{p.parent.name}"
+    rows = [
+        {
+            "key": f"{p.parent.name}/{p.stem}",
+            "bin": p.relative_to(tmp_path).as_posix(),
+            "label": p.parent.name,
+        }
         for p in sorted((tmp_path / "src").rglob("*.bin"))
     ]
-    listing = tmp_path / "list.csv"
-    listing.write_text("\n".join(rows) + "\n")
+    lists = [tmp_path / "list.csv", tmp_path / "list.parquet"]
+    pyarrow.csv.write_csv(pyarrow.Table.from_pylist(rows), lists[0])
+    pq.write_table(pyarrow.Table.from_pylist(rows), lists[1], row_group_size=4)
     args = ["--format", "lmdb", "--literal", "label", "--max-samples", "7", "-q"]
-    assert run("pack", listing, tmp_path / "local", *args).exit_code == 0
+    for listing in lists:
+        assert (
+            run("pack", listing, tmp_path / f"local-{listing.suffix}", *args, "--workers", "1").exit_code == 0
+        )
+    monkeypatch.setattr(file_list, "PIECE_BYTES", 200)  # about 6 csv rows, or one row group, per task
     with token_auth():
-        on_ray = run("pack", listing, tmp_path / "ray", *args, "--engine", "ray")
-    assert on_ray.exit_code == 0, on_ray.output
-    assert files(tmp_path / "ray") == files(tmp_path / "local")
+        for listing in lists:
+            on_ray = run("pack", listing, tmp_path / f"ray-{listing.suffix}", *args, "--engine", "ray")
+            assert on_ray.exit_code == 0, on_ray.output
+            assert files(tmp_path / f"ray-{listing.suffix}") == files(tmp_path / f"local-{listing.suffix}")
