@@ -185,7 +185,7 @@ def _columns(source: ListSource, table: Any) -> PieceColumns:
         column_sizes = [0] * num_rows
         is_value = name in source.literal
         for row, value in enumerate(table.column(name).to_pylist()[:limit]):
-            if value is None:
+            if value is None or (value == "" and not is_value):  # an empty path: the sample lacks the field
                 continue
             if isinstance(value, str) and not is_value and (source.remote or "://" in value):
                 url = join_cell(source.location, value)

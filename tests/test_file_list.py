@@ -22,7 +22,7 @@ from shardpipe.file_list import group_runs, scan_file_list
 from shardpipe.line_pieces import cut_ranges, first_line, owned_lines
 from shardpipe.list_piece import read_list_piece
 from shardpipe.pack import PackOptions, pack
-from shardpipe.sources import Grouped
+from shardpipe.sources import Grouped, IncompleteSamplesError
 from shardpipe.storage import open_store
 from tests.servers import S3Server
 
@@ -117,7 +117,7 @@ def test_many_pieces_give_the_samples_of_one(tmp_path: Path, kind: str) -> None:
     path = _write(tmp_path, kind.split("-")[0], _rows(40), crlf=kind.endswith("crlf"))
     whole = _scan(path, 1 << 30)
     assert whole["txt"]["s012"] == (b"", 0)  # an empty string is a value
-    assert kind.startswith("csv") or "s007" not in whole["bin"]  # a missing cell is no field
+    assert "s007" not in whole["bin"]  # a missing cell (in a CSV: an empty one) is no field
     assert whole["bin"]["s001"] == (str(tmp_path / "files/1.bin"), 11)
     for piece_bytes in (1, 7, 50, 333):
         assert _scan(path, piece_bytes) == whole, piece_bytes
@@ -216,3 +216,15 @@ def test_a_list_in_a_bucket_is_read_in_pieces(tmp_path: Path, s3: S3Server, s3_r
     for piece_bytes in (40, 1 << 30):
         with pytest.raises(DataError, match=message):
             _scan(f"{s3_root}/bad/{bad.name}", piece_bytes, storage_options=options)
+
+
+def test_an_empty_path_cell_means_the_sample_lacks_the_field(tmp_path: Path) -> None:
+    """In a CSV an absent value is an empty cell: it names no file (not the list's own folder)."""
+    rows = [{**row, "bin": None if i == 4 else f"files/{i % 5}.bin"} for i, row in enumerate(_rows(12))]
+    path = _write(tmp_path, "csv", rows)
+    assert b"s004,," in path.read_bytes() or b's004",,' in path.read_bytes()  # the cell is empty
+    options = PackOptions(format="tar", literal_fields=("txt",))
+    with pytest.raises(IncompleteSamplesError, match="'s004' has no bin"):
+        pack(path, tmp_path / "refused", options, quiet=True)
+    packed = pack(path, tmp_path / "out", replace(options, skip_incomplete=True), quiet=True)
+    assert packed.num_skipped_incomplete == 1
