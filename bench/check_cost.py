@@ -4,7 +4,11 @@ Writes one shard per format and sample size (1 KiB, 64 KiB; two fields, the samp
 label), reads each once to warm the page cache, then reads the whole shard through one reader as the loader
 does (``read_runs`` over windows of 1024 samples, in runs of 1024 and of 16 samples), with ``check=True``
 and ``check=False`` interleaved (the order alternating each repeat), and reports the median time of each and
-their ratio. Reader level only: no DataLoader, no decoding; the end-to-end figure is ``make bench-io``'s.
+their ratio. Reader level: no DataLoader, no decoding. ``--loader`` adds the end-to-end figure: whole
+epochs of ``make bench-io``'s datasets through ``make_loader`` (``--workers``, batch 64), checks on and off
+interleaved, as samples/s and as CPU time per sample summed over the process and its workers. On a machine
+where the workers and the trainer share the cores, the CPU figure is the steadier one: wall-clock speed
+of single epochs varies by more than the checks cost.
 """
 
 from __future__ import annotations
@@ -60,11 +64,60 @@ def read_all(
     return (time.process_time() - start_time) / passes
 
 
+def loader_epoch(root: Path, check: bool, workers: int, seed: int) -> tuple[float, float, int]:
+    """One epoch through ``make_loader`` (batch 64): wall seconds, CPU seconds of this process and its
+    workers (which exit at the epoch's end), samples."""
+    import resource
+
+    from loaders import ShardedDataset, make_loader
+
+    def cpu() -> float:
+        own, workers_ = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + workers_.ru_utime + workers_.ru_stime
+
+    dataset = ShardedDataset(root, seed=seed, check=check)
+    loader = make_loader(dataset, 64, workers, persistent_workers=False)
+    start_cpu, start = cpu(), time.perf_counter()
+    samples = sum(len(batch["__key__"]) for batch in loader)
+    wall = time.perf_counter() - start
+    del loader
+    return wall, cpu() - start_cpu, samples
+
+
+def loader_table(repeats: int, workers: int, cache: Path) -> None:
+    """The end-to-end cost: whole epochs of ``make bench-io``'s datasets, checks on and off interleaved."""
+    from bench.data import PROFILES, prepare
+
+    print(
+        f"\n# check cost through make_loader, {workers} workers, batch 64, whole epochs, warm cache; median "
+        f"of {repeats} interleaved epochs; CPU = this process and its workers"
+    )
+    print("| format | profile | samples/s off | on | wall cost | CPU µs/sample off | on | CPU cost |")
+    print("|---|---|---|---|---|---|---|---|")
+    for profile in ("small", "large"):
+        data = prepare(PROFILES[profile], cache, log=False)
+        for name in FORMAT_NAMES:
+            runs: dict[bool, list[tuple[float, float, int]]] = {True: [], False: []}
+            for repeat in range(repeats):
+                for check in (True, False) if repeat % 2 == 0 else (False, True):
+                    runs[check].append(loader_epoch(data.packed(name), check, workers, repeat))
+            speed = {c: statistics.median(n / wall for wall, _, n in runs[c]) for c in runs}
+            cpu = {c: statistics.median(used / n * 1e6 for _, used, n in runs[c]) for c in runs}
+            print(
+                f"| {name} | {profile} | {speed[False]:,.0f} | {speed[True]:,.0f} | "
+                f"{speed[False] / speed[True] - 1:+.1%} | {cpu[False]:.2f} | {cpu[True]:.2f} | "
+                f"{cpu[True] / cpu[False] - 1:+.1%} |"
+            )
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.check_cost", description=__doc__.split("\n")[0])
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--quick", action="store_true", help="smaller shards, 3 repeats")
     p.add_argument("--formats", default=",".join(FORMAT_NAMES))
+    p.add_argument("--loader", action="store_true", help="also whole epochs through make_loader")
+    p.add_argument("--workers", type=int, default=2, help="--loader: DataLoader workers")
+    p.add_argument("--cache", type=Path, default=Path("bench-results/cache"), help="--loader: data cache")
     args = p.parse_args(argv)
     repeats = 3 if args.quick else args.repeats
     mib = 16 if args.quick else 64
@@ -97,6 +150,8 @@ def main(argv: list[str] | None = None) -> None:
                         f"| {name} | {label} | {span} | {num_samples} | {off:.1f} | {on:.1f} | {cost:+.1%} |"
                     )
                 path.unlink()
+    if args.loader:
+        loader_table(repeats, args.workers, args.cache)
 
 
 if __name__ == "__main__":

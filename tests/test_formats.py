@@ -10,6 +10,7 @@ import tarfile
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -453,6 +454,7 @@ def test_read_runs_joined_agrees_with_the_chunked_path(
             data[index[damaged + 1] - 6] ^= 1  # inside sample `damaged`, near its end
             path.write_bytes(bytes(data))
         results = []
+        monkeypatch.setattr(spanreader, "JOINED_MIN_SAMPLES", 1)  # however few samples the runs hold
         for joined_bytes in (JOINED_BYTES, 0):  # the default, then the chunked path only
             monkeypatch.setattr(spanreader, "JOINED_BYTES", joined_bytes)
             with fmt.open_reader(path, index) as reader:
@@ -504,16 +506,19 @@ def test_framing_decodes_many_records_as_it_decodes_each(
             record = records[where % len(records)]
             record[(where // len(records)) % len(record)] = value
     names = ["bin", "cls", "absent"]
-    try:
-        expected = _decode_each([bytes(r) for r in records], names)
-    except framing.RecordError as exc:
-        with pytest.raises(framing.RecordError) as raised:
-            framing.decode_many(records, names, version=2, check=True)
-        assert raised.value.position == exc.position
-    else:
-        assert framing.decode_many(records, names, version=2, check=True) == expected
+    for fewest in (1, 1 << 30):  # the joined path, then record by record
+        with mock.patch.object(framing, "_JOIN_MIN_RECORDS", fewest):
+            try:
+                expected = _decode_each([bytes(r) for r in records], names)
+            except framing.RecordError as exc:
+                with pytest.raises(framing.RecordError) as raised:
+                    framing.decode_many(records, names, version=2, check=True)
+                assert raised.value.position == exc.position
+            else:
+                assert framing.decode_many(records, names, version=2, check=True) == expected
 
 
+@mock.patch.object(framing, "_JOIN_MIN_RECORDS", 1)
 def test_framing_decode_many_skips_checksums_when_asked() -> None:
     records = [bytearray(framing.encode(f"k/{i}", {"bin": b"abc"})) for i in range(3)]
     records[1][-9] ^= 1  # the last data byte of record 1
@@ -526,6 +531,7 @@ def test_framing_decode_many_skips_checksums_when_asked() -> None:
     assert framing.decode_many(version_1, ["bin"], version=1, check=True) == (keys, fields)
 
 
+@mock.patch.object(framing, "_JOIN_MIN_RECORDS", 1)
 def test_framing_decode_many_rejects_lengths_that_wrap() -> None:
     """Lengths that add up to the record's size only modulo 2**64, under a valid checksum, are an error."""
     records = [framing.encode(f"k/{i}", {"bin": b"abc"}) for i in range(3)]

@@ -25,7 +25,6 @@ import xxhash
 
 from shardpipe.errors import DataError
 from shardpipe.formats import Column, ColumnsOut, Fields
-from shardpipe.formats.layout import add_samples
 
 VERSION = 2
 VERSIONS = (1, 2)
@@ -34,7 +33,10 @@ KEY_FIELD = "__key__"
 _COUNT = struct.Struct("<I")
 _MAX_FIELDS = 4096
 _JOIN_BYTES = 16 << 10
-"""Records of at most this mean size are decoded from one joined copy (see ``_decode_uniform``)."""
+_JOIN_MIN_RECORDS = 32
+"""``decode_many`` takes the joined path for at least this many records of at most ``_JOIN_BYTES`` each
+on average: fewer do not pay for its fixed cost (a few dozen numpy calls), larger ones are cheaper to
+slice where they lie (docs/performance.md, "Formats")."""
 _tables: dict[int, struct.Struct] = {}
 _layouts: dict[tuple[str, ...], tuple[list[int], struct.Struct, tuple[int, ...], bytes]] = {}
 _schemas: dict[bytes, tuple[str, ...]] = {}  # name-length table + names -> names; a shard repeats one
@@ -167,14 +169,14 @@ def decode_many(
     """Decode ``records`` into columns: keys and, for each of ``names``, one list of values (``None``
     where a record lacks the field), copied out of the records (which may be transient buffers).
 
-    Small records that share the first one's field names (a shard repeats one set) are copied end to end
-    into one buffer and their headers checked all at once with array arithmetic, leaving per record only
-    the checksum call and the slicing. Large ones, and every record when any differs or fails a check,
-    are decoded one by one by :func:`decode`, which names the fault: a :class:`RecordError` carries the
-    position of the damaged record.
+    Many small records that share the first one's field names (a shard repeats one set) are copied end to
+    end into one buffer and their headers checked all at once with array arithmetic, leaving per record
+    only the checksum call and the slicing. Large records, a few, and every record when any differs or
+    fails a check, are decoded one by one by :func:`decode`, which names the fault: a
+    :class:`RecordError` carries the position of the damaged record.
     """
     sizes = np.fromiter(map(len, records), np.int64, len(records))
-    if int(sizes.sum()) <= _JOIN_BYTES * len(records):
+    if len(records) >= _JOIN_MIN_RECORDS and int(sizes.sum()) <= _JOIN_BYTES * len(records):
         fast = _decode_joined(b"".join(records), sizes, names, version=version, check=check)
         if fast is not None:
             return fast
@@ -185,7 +187,9 @@ def decode_many(
             key, sample = decode(record, version=version, check=check)
         except FramingError as exc:
             raise RecordError(position, str(exc)) from exc
-        add_samples(keys, fields, [(key, sample)])
+        keys.append(key)
+        for name, values in fields.items():
+            values.append(sample.get(name))
     return keys, fields
 
 

@@ -40,6 +40,9 @@ READ_CHUNK = 1 << 20
 CPU cache when its samples are checked and sliced (docs/performance.md, "Formats")."""
 JOINED_BYTES = 4 << 20
 """Bytes of all runs of one ``read_runs`` call up to which they are read into one buffer and cut together."""
+JOINED_MIN_SAMPLES = 128
+"""Samples a ``read_runs`` call needs before the one-buffer path pays for its fixed cost (a few dozen
+numpy calls); fewer go run by run (docs/performance.md, "Formats")."""
 
 
 class SpanReader:
@@ -100,7 +103,7 @@ class SpanReader:
                 cut_columns(view, rows, columns, first, base, self._shard, keys)
 
         fast = isinstance(index, ShardIndex) and index.all_plain and not self._check_framing
-        if fast and self._remote is None:
+        if fast and self._remote is None and sum(stop - start for start, stop in runs) >= JOINED_MIN_SAMPLES:
             joined = self._read_joined(runs, names)
             if joined is not None:
                 return joined
