@@ -1,7 +1,8 @@
 """The shard readers one process holds for a dataset, and when they open and close.
 
-Local shards stay open (a file descriptor or an LMDB mapping each, the least recently used closed first);
-a cached remote shard's reader lives for one read, so the node cache may evict the shard between reads.
+Local shards stay open (a file descriptor or an LMDB mapping each, the least recently used closed first),
+and so do remote ones cached with no budget (nothing evicts them); under a ``cache_limit`` a cached remote
+shard's reader lives for one read, so the node cache may evict the shard between reads.
 Readers are never used across a fork: a process that inherits them drops them and opens its own.
 """
 
@@ -25,9 +26,10 @@ class ShardReaders:
     """This process's shard readers; dropped, never used, after a fork.
 
     Local shards stay open (least recently used closed first): a reader opens its file or LMDB
-    environment once and reads many small spans; so do uncached remote ones, read by byte ranges. A cached
-    remote shard's reader lives for one read, so the cache may evict the shard between reads; its index is
-    kept. Every index is checked against the manifest's sha256 when loaded.
+    environment once and reads many small spans; so do uncached remote ones, read by byte ranges, and
+    cached ones when the cache has no budget. Under a budget a cached remote shard's reader lives for one
+    read, so the cache may evict the shard between reads; its index is kept. Every index is checked
+    against the manifest's sha256 when loaded.
     """
 
     def __init__(
@@ -44,7 +46,7 @@ class ShardReaders:
         if self._pid != os.getpid():  # inherited through a fork: never used here, never closed here
             self._open, self._indexes = OrderedDict(), OrderedDict()
             self._pid = os.getpid()
-        if self._source.remote and self._source.cached:
+        if self._source.remote and self._source.cached and not self._source.keeps_copies:
             index = self._index(shard_index)
             with (
                 self._source.shard(self._shards[shard_index]) as path,
@@ -55,12 +57,17 @@ class ShardReaders:
         yield self._kept(shard_index)
 
     def _kept(self, shard_index: int) -> ShardReader:
-        reader = self._open.get(shard_index)
+        reader, entry = self._open.get(shard_index), self._shards[shard_index]
         if reader is not None:
             self._open.move_to_end(shard_index)
+            if self._source.remote:
+                self._source.note_read(entry)
             return reader
-        entry, index = self._shards[shard_index], self._index(shard_index)
-        if self._source.remote:  # uncached: byte ranges of the object
+        index = self._index(shard_index)
+        if self._source.remote and self._source.cached:  # a copy that stays: open it, keep it open
+            with self._source.shard(entry) as path:
+                reader = self._format.open_reader(path, index, check=self._check)
+        elif self._source.remote:  # uncached: byte ranges of the object
             remote = self._source.ranges(entry)
             reader = self._format.open_reader(Path(entry.path), index, check=self._check, remote=remote)
         else:

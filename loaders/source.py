@@ -80,6 +80,17 @@ class DatasetSource:
         with self._cache.local(entry.path, entry.sha256, entry.num_bytes) as path:
             yield path
 
+    @property
+    def keeps_copies(self) -> bool:
+        """Whether a shard, once in the cache, stays there (a remote dataset cached with no budget): its
+        reader may then stay open, as a local shard's does."""
+        return self._cache is not None and self._cache.cache_limit is None
+
+    def note_read(self, entry: ShardEntry) -> None:
+        """A kept shard is read again: the cache moves along this process's plan and prefetches."""
+        if self._cache is not None:
+            self._cache.note_read(entry.path, entry.sha256, entry.num_bytes)
+
     def ranges(self, entry: ShardEntry) -> RemoteShard:
         """The shard read by byte ranges, without a local copy (``cache=False``)."""
         if self._store is None:

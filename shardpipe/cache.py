@@ -98,6 +98,9 @@ class ShardCache:
         self._plans: NodePlans | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._in_flight: dict[str, Future[None]] = {}
+        self._seen_cached: set[str] = set()
+        """Shards this process found in a cache without a budget, where they stay: prefetch passes over
+        them without a ``stat`` each time."""
         self._plan: list[ShardRef] = []
         self._uses: dict[str, list[int]] = {}
         self._position = 0
@@ -184,6 +187,11 @@ class ShardCache:
                     f"raise cache_limit ({self.cache_limit} bytes)"
                 )
 
+    def note_read(self, path: str, sha256: str, size: int) -> None:
+        """Shard ``path`` is read again from a copy the caller holds open: move along the plan, prefetching
+        as :meth:`local` does, without its locks and checks."""
+        self._advance(ShardRef(path, sha256, size))
+
     def wait_prefetched(self, timeout: float | None = None) -> None:
         """Block until the prefetches started so far have finished (benchmarks and tests use it)."""
         with self._lock:
@@ -238,7 +246,11 @@ class ShardCache:
     def _start_prefetch(self, ref: ShardRef) -> bool:
         """Fetch ``ref`` in the background unless it is cached or this process already fetches it;
         whether it is (or was already) on its way."""
+        if ref.sha256 in self._seen_cached:
+            return False
         if self.directory.final(ref.sha256).exists():
+            if self.cache_limit is None:
+                self._seen_cached.add(ref.sha256)
             return False
         with self._lock:
             running = self._in_flight.get(ref.sha256)

@@ -203,3 +203,35 @@ def test_the_cache_prefetches_indexes_with_their_shards(
     assert all(cache.directory.final(e.sha256).exists() for e in entries[:2])
     assert cache.directory.final(entries[1].index_sha256 or "").exists()
     assert not cache.directory.final(entries[2].sha256).exists()
+
+
+@pytest.mark.parametrize("limit", [None, "30KB"])
+def test_readers_stay_open_unless_the_cache_has_a_budget(
+    local: Path,
+    bucket: tuple[str, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    limit: str | None,
+) -> None:
+    """Without a budget nothing evicts a cached shard, so its reader stays open across windows and epochs
+    as a local shard's does; under a budget every read goes through the cache (held against eviction)."""
+    from loaders.source import DatasetSource
+
+    url, options = bucket
+    opened: list[str] = []
+    shard = DatasetSource.shard
+
+    def counting(self: DatasetSource, entry: Any) -> Any:
+        opened.append(entry.path)
+        return shard(self, entry)
+
+    monkeypatch.setattr(DatasetSource, "shard", counting)
+    dataset = ShardedDataset(url, storage_options=options, cache_dir=tmp_path / "c", cache_limit=limit,
+                             shuffle_buffer=8, block_size=2)  # fmt: skip
+    every = sorted(key for key, pad in keys(ShardedDataset(local, shuffle=False)) if not pad)
+    for epoch in (1, 2):
+        assert sorted(key for key, pad in keys(dataset, epoch) if not pad) == every
+    if limit is None:
+        assert sorted(opened) == sorted(entry.path for entry in dataset.shards)  # once each
+    else:
+        assert len(opened) > 2 * len(dataset.shards)  # every read of a window
