@@ -177,9 +177,9 @@ def decode_many(
     """
     sizes = np.fromiter(map(len, records), np.int64, len(records))
     if len(records) >= _JOIN_MIN_RECORDS and int(sizes.sum()) <= _JOIN_BYTES * len(records):
-        fast = _decode_joined(b"".join(records), sizes, names, version=version, check=check)
-        if fast is not None:
-            return fast
+        joined = _decode_joined(b"".join(records), sizes, names, version=version, check=check)
+        if joined is not None:
+            return joined
     keys: list[str] = []
     fields: dict[str, list[bytes | None]] = {name: [] for name in names}
     for position, record in enumerate(records):
