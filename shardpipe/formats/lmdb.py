@@ -194,7 +194,7 @@ def _sample(runs: Sequence[tuple[int, int]], position: int) -> int:
     raise IndexError(position)
 
 
-def _small(value: memoryview | None) -> bytes:
+def _small(value: bytes | memoryview | None) -> bytes:
     """A key or metadata value as bytes; ``b"?"`` when it is too long to be one, without touching it (a
     damaged length must not lead the copy past the file's end)."""
     if value is None:
@@ -231,31 +231,44 @@ class LmdbReader:
         """Every run through one read transaction, and the records decoded together
         (:func:`framing.decode_many`): a window reads hundreds of runs of a few samples."""
         self._check_runs(runs)
-        shard, records = self._shard, list[memoryview]()
         try:
-            with self._env.begin(buffers=True) as txn:  # the records point into the map until it ends
-                cursor = txn.cursor()
-                for start, stop in runs:
-                    if stop == start:
-                        continue
-                    if not cursor.set_key(_INDEX.pack(start)):
-                        raise CorruptShardError(shard, "no record under this index", sample_index=start)
-                    had = len(records)
-                    records += islice(cursor.iternext(keys=False, values=True), stop - start)
-                    if len(records) - had != stop - start or _small(cursor.key()) != _INDEX.pack(stop - 1):
-                        raise CorruptShardError(
-                            shard, "records are missing or out of order", sample_index=start
-                        )
-                sizes = list(map(len, records))
-                if records and max(sizes) > self._file_size:  # a damaged length: never touch past the file
-                    position = next(i for i, size in enumerate(sizes) if size > self._file_size)
-                    detail = f"record of {sizes[position]:,} bytes"
-                    raise CorruptShardError(shard, detail, sample_index=_sample(runs, position))
+            with self._env.begin(buffers=True) as txn:
+                records = self._records(txn, runs)
                 return framing.decode_many(records, names, version=self._version, check=self._check)
         except framing.RecordError as exc:
-            raise CorruptShardError(shard, str(exc), sample_index=_sample(runs, exc.position)) from exc
+            raise CorruptShardError(self._shard, str(exc), sample_index=_sample(runs, exc.position)) from exc
         except lmdb.Error as exc:
-            raise CorruptShardError(shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
+            raise CorruptShardError(self._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
+
+    def _read(self, runs: Sequence[tuple[int, int]]) -> Iterator[tuple[str, Fields]]:
+        self._check_runs(runs)
+        try:
+            with self._env.begin(buffers=True) as txn:
+                for position, record in enumerate(self._records(txn, runs)):
+                    yield self._decode(record, _sample(runs, position))
+        except lmdb.Error as exc:
+            raise CorruptShardError(self._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
+
+    def _records(self, txn: lmdb.Transaction, runs: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
+        """The records of ``runs`` in order: views into the map, valid while ``txn`` lives, none longer
+        than the file (a damaged length must never lead a copy past the file's end)."""
+        shard, records = self._shard, list[bytes | memoryview]()
+        cursor = txn.cursor()
+        for start, stop in runs:
+            if stop == start:
+                continue
+            if not cursor.set_key(_INDEX.pack(start)):
+                raise CorruptShardError(shard, "no record under this index", sample_index=start)
+            had = len(records)
+            records += islice(cursor.iternext(keys=False, values=True), stop - start)
+            if len(records) - had != stop - start or _small(cursor.key()) != _INDEX.pack(stop - 1):
+                raise CorruptShardError(shard, "records are missing or out of order", sample_index=start)
+        sizes = list(map(len, records))
+        if records and max(sizes) > self._file_size:
+            position = next(i for i, size in enumerate(sizes) if size > self._file_size)
+            detail = f"record of {sizes[position]:,} bytes"
+            raise CorruptShardError(shard, detail, sample_index=_sample(runs, position))
+        return records
 
     def _check_runs(self, runs: Sequence[tuple[int, int]]) -> None:
         shard = self._shard
@@ -271,32 +284,7 @@ class LmdbReader:
                 detail = f"samples [{start}, {stop}) requested, the shard holds '{self.num_samples}'"
                 raise CorruptShardError(shard, detail, sample_index=min(max(start, 0), self.num_samples))
 
-    def _read(self, runs: Sequence[tuple[int, int]]) -> Iterator[tuple[str, Fields]]:
-        self._check_runs(runs)
-        shard = self._shard
-        index = runs[0][0] if runs else 0
-        try:
-            with self._env.begin(buffers=True) as txn:
-                cursor = txn.cursor()
-                for start, stop in runs:
-                    if stop == start:
-                        continue
-                    if not cursor.set_key(_INDEX.pack(start)):
-                        raise CorruptShardError(shard, "no record under this index", sample_index=start)
-                    values = cursor.iternext(keys=False, values=True)
-                    for index in range(start, stop):
-                        value = next(values, None)
-                        if value is None or (
-                            index == stop - 1 and _small(cursor.key()) != _INDEX.pack(index)
-                        ):
-                            raise CorruptShardError(
-                                shard, "records are missing or out of order", sample_index=index
-                            )
-                        yield self._decode(value, index)
-        except lmdb.Error as exc:
-            raise CorruptShardError(shard, f"LMDB: {exc}", sample_index=index) from exc
-
-    def _decode(self, value: memoryview, index: int) -> tuple[str, Fields]:
+    def _decode(self, value: bytes | memoryview, index: int) -> tuple[str, Fields]:
         if len(value) > self._file_size:  # a damaged length: never touch bytes past the file
             raise CorruptShardError(self._shard, f"record of {len(value):,} bytes", sample_index=index)
         try:
