@@ -45,25 +45,19 @@ def owned_lines(read: Read, size: int, start: int, stop: int) -> bytes:
         if newline < 0:
             return b""  # the line holding `start` began earlier and runs past this piece
         first = newline + 1
-    parts = [data[first:]]
-    if not data.endswith(b"\n"):
-        position = stop
-        while position < size:  # the line holding stop-1 goes on: read to its end
-            more = read(position, min(position + _SCAN, size))
-            if not more:
-                break
-            newline = more.find(b"\n")
-            if newline >= 0:
-                parts.append(more[: newline + 1])
-                break
-            parts.append(more)
-            position += len(more)
-    return b"".join(parts)
+    if data.endswith(b"\n"):
+        return data[first:]
+    return data[first:] + _to_line_end(read, size, stop)  # the line holding stop-1 goes on
 
 
 def first_line(read: Read, size: int) -> bytes:
     """The file's first line with its newline (a CSV header, which every piece's task parses)."""
-    parts, position = [], 0
+    return _to_line_end(read, size, 0)
+
+
+def _to_line_end(read: Read, size: int, position: int) -> bytes:
+    """The bytes from ``position`` through the next ``\n`` (or the end of the file)."""
+    parts = []
     while position < size:
         more = read(position, min(position + _SCAN, size))
         if not more:
