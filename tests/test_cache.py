@@ -39,11 +39,14 @@ def upload_shards(s3: S3Server, root: str, sizes: list[int], seed: int = 0) -> l
 
 
 def folder_bytes(root: Path) -> int:
-    total = 0
-    for path in root.rglob("*"):
+    """Bytes of shards and reservations in the cache under ``root``, counted once per shard: a listing
+    is not atomic, and one that runs across a download's rename sees the shard under both names."""
+    sizes: dict[str, int] = {}
+    for path in root.rglob("objects/*"):
         with contextlib.suppress(FileNotFoundError):
-            total += path.stat().st_size if path.is_file() else 0
-    return total
+            sha = path.name.split(".tmp-")[0]
+            sizes[sha] = max(sizes.get(sha, 0), path.stat().st_size)
+    return sum(sizes.values())
 
 
 def make_cache(s3: S3Server, root: str, tmp_path: Path, **kw: Any) -> ShardCache:
