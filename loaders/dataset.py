@@ -271,9 +271,19 @@ class ShardedDataset(IterableDataset[Sample]):
     def _read_window(self, window: Window, worker_index: int) -> Columns:
         """The window's samples in read order, one reader call per run of spans in the same shard; with
         on_error='skip' a bad sample becomes a flagged copy of a good one."""
+        runs = window.runs
+        try:
+            joined = self._readers.read_window(runs, self.manifest.fields)
+        except DataError:
+            if self.options.on_error == "raise":
+                raise
+            joined = None  # shard by shard below, which finds the bad samples
+        if joined is not None:
+            pads = [bool(pad) for _, start, stop, pad in runs for _ in range(stop - start)]
+            return Columns(self.manifest.fields, joined[0], joined[1], pads)
         columns = Columns(self.manifest.fields)
         bad: list[int] = []
-        runs, first = window.runs, 0
+        first = 0
         while first < len(runs):
             last = first + 1
             while last < len(runs) and runs[last][0] == runs[first][0]:

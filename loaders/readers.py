@@ -13,10 +13,12 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 from loaders.source import DatasetSource
-from shardpipe.formats import Format, ShardReader
+from shardpipe.formats import ColumnsOut, Format, ShardReader
 from shardpipe.formats.layout import ShardIndex
+from shardpipe.formats.spanreader import ReadBuffer, SpanReader, read_across
 from shardpipe.manifest import ShardEntry
 
 MAX_OPEN_SHARDS = 64  # open shard readers per process: each holds a file descriptor or a mapping
@@ -40,13 +42,12 @@ class ShardReaders:
         self._pid = os.getpid()
         self._open: OrderedDict[int, ShardReader] = OrderedDict()
         self._indexes: OrderedDict[int, ShardIndex | None] = OrderedDict()
+        self._window_buffer = ReadBuffer()
 
     @contextmanager
     def reading(self, shard_index: int) -> Iterator[ShardReader]:
-        if self._pid != os.getpid():  # inherited through a fork: never used here, never closed here
-            self._open, self._indexes = OrderedDict(), OrderedDict()
-            self._pid = os.getpid()
-        if self._source.remote and self._source.cached and not self._source.keeps_copies:
+        self._drop_inherited()
+        if self._per_read:
             index = self._index(shard_index)
             with (
                 self._source.shard(self._shards[shard_index]) as path,
@@ -55,6 +56,31 @@ class ShardReaders:
                 yield reader
             return
         yield self._kept(shard_index)
+
+    def read_window(self, runs: Sequence[Sequence[int]], names: Sequence[str]) -> ColumnsOut | None:
+        """The samples of ``runs`` (``[shard, start, stop, ...]``) in order, read and cut together across
+        shards (:func:`~shardpipe.formats.spanreader.read_across`); ``None`` where that cannot be done
+        (readers that live for one read, more shards than stay open, a format or shard it cannot take):
+        read shard by shard then."""
+        self._drop_inherited()
+        shards = dict.fromkeys(run[0] for run in runs)
+        if self._per_read or len(shards) > MAX_OPEN_SHARDS:
+            return None
+        readers = {shard: self._kept(shard) for shard in shards}
+        if not all(isinstance(reader, SpanReader) for reader in readers.values()):
+            return None
+        parts = [(cast(SpanReader, readers[run[0]]), run[1], run[2]) for run in runs]
+        return read_across(parts, names, self._window_buffer)
+
+    @property
+    def _per_read(self) -> bool:
+        """Whether a reader lives for one read (a cached remote shard under a budget)."""
+        return self._source.remote and self._source.cached and not self._source.keeps_copies
+
+    def _drop_inherited(self) -> None:
+        if self._pid != os.getpid():  # inherited through a fork: never used here, never closed here
+            self._open, self._indexes = OrderedDict(), OrderedDict()
+            self._pid = os.getpid()
 
     def _kept(self, shard_index: int) -> ShardReader:
         reader, entry = self._open.get(shard_index), self._shards[shard_index]

@@ -173,3 +173,51 @@ def test_default_block_size_follows_the_pack_order(tmp_path: Path) -> None:
     assert ShardedDataset(hashed, rank=0, world_size=1).options.block_size == HASHED_BLOCK_SIZE
     assert ShardedDataset(ordered, rank=0, world_size=1).options.block_size == DEFAULT_BLOCK_SIZE
     assert ShardedDataset(hashed, rank=0, world_size=1, block_size=8).options.block_size == 8
+
+
+@pytest.mark.parametrize("fmt", ["tar", "tfrecord"])
+def test_windows_read_across_shards_yield_what_shard_by_shard_reads_yield(
+    tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window read and cut in one pass over its shards gives the samples, the pads, the skipped slots and
+    the errors of reading it shard by shard (every window takes the one-pass path here)."""
+    from loaders.readers import ShardReaders
+    from shardpipe.formats import spanreader
+
+    out = pack_dataset(tmp_path, fmt, 47, max_samples=7)
+    monkeypatch.setattr(spanreader, "JOINED_MIN_SAMPLES", 1)
+    one_pass = ShardReaders.read_window
+    used = []
+
+    def spied(self: ShardReaders, *args: object, **kwargs: object) -> object:
+        used.append(result := one_pass(self, *args, **kwargs))  # type: ignore[arg-type]
+        return result
+
+    def read_all(**kw: object) -> list[tuple[object, ...]]:
+        samples = []
+        for rank in range(3):
+            dataset = ShardedDataset(
+                out, rank=rank, world_size=3, seed=2, shuffle_buffer=12, block_size=2, **kw
+            )
+            samples += [(s["__key__"], s["bin"], s["cls"], s["__pad__"]) for s in dataset]
+        return samples
+
+    def both_ways(**kw: object) -> tuple[object, object]:
+        results = []
+        for read_window in (spied, lambda *args, **kwargs: None):
+            monkeypatch.setattr(ShardReaders, "read_window", read_window)
+            try:
+                results.append(read_all(**kw))
+            except DataError as exc:
+                results.append(str(exc))
+        return results[0], results[1]
+
+    across, by_shard = both_ways()
+    assert across == by_shard and len(across) == 48
+    assert used and all(result is not None for result in used)
+    where = damage(out, fmt)
+    across, by_shard = both_ways()
+    assert across == by_shard and where in str(across)  # the same error, naming the same sample
+    across, by_shard = both_ways(on_error="skip")
+    assert across == by_shard and sum(pad for *_, pad in across) == 1 + 1  # the bad sample, and one pad
+

@@ -10,6 +10,7 @@ import tarfile
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 from unittest import mock
 
 import numpy as np
@@ -470,6 +471,101 @@ def test_read_runs_joined_agrees_with_the_chunked_path(
         keys, fields = results[0]
         assert keys == [samples[i][0] for i in wanted]
         assert fields["cls"] == [samples[i][1].get("cls") for i in wanted]
+
+
+@pytest.mark.parametrize("name", ["tar", "tfrecord"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    parts=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 24), st.integers(0, 6)), max_size=16),
+    damaged=st.one_of(st.none(), st.tuples(st.integers(0, 2), st.integers(0, 24))),
+)
+@example(parts=[(1, 3, 5), (0, 0, 0), (2, 20, 4), (1, 9, 2)], damaged=(2, 21))
+def test_read_across_agrees_with_reading_shard_by_shard(
+    name: str,
+    parts: list[tuple[int, int, int]],
+    damaged: tuple[int, int] | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Runs of several shards cut together give the columns of each shard's own chunked read, in order,
+    and a damaged sample is named by its shard and position, as the chunked read names it."""
+    fmt = get_format(name)
+    monkeypatch.setattr(spanreader, "JOINED_MIN_SAMPLES", 1)
+    monkeypatch.setattr(spanreader, "JOINED_BYTES", JOINED_BYTES)  # as every example starts
+    with tempfile.TemporaryDirectory() as tmp:
+        paths, indexes = [], []
+        for shard in range(3):
+            samples = some_samples(25, size=40 * shard)
+            samples[shard] = (samples[shard][0], {"bin": b"no cls"})  # a sample lacking a field
+            path = Path(tmp) / f"{shard}.{name}"
+            indexes.append(write(fmt, path, samples))
+            paths.append(path)
+        if damaged is not None:
+            shard, sample = damaged
+            data = bytearray(paths[shard].read_bytes())
+            data[indexes[shard][sample + 1] - 6] ^= 1
+            paths[shard].write_bytes(bytes(data))
+        parts = [(shard, start, min(start + count, 25)) for shard, start, count in parts]
+        readers = [
+            cast(spanreader.SpanReader, fmt.open_reader(p, i)) for p, i in zip(paths, indexes, strict=True)
+        ]
+        try:
+            try:
+                across = spanreader.read_across(
+                    [(readers[shard], start, stop) for shard, start, stop in parts],
+                    ["bin", "cls"],
+                    spanreader.ReadBuffer(),
+                )
+            except CorruptShardError as exc:
+                across = (exc.shard, exc.sample_index)
+            monkeypatch.setattr(spanreader, "JOINED_BYTES", 0)  # now each shard the chunked way
+            keys: list[str] = []
+            fields: dict[str, list[bytes | None]] = {"bin": [], "cls": []}
+            expected: object = (keys, fields)
+            for shard, start, stop in parts:
+                try:
+                    got_keys, got_fields = readers[shard].read_runs([(start, stop)], ["bin", "cls"])
+                except CorruptShardError as exc:
+                    expected = (exc.shard, exc.sample_index)
+                    break
+                keys += got_keys
+                for field in fields:
+                    fields[field] += got_fields[field]
+        finally:
+            for reader in readers:
+                reader.close()
+    if not any(stop > start for _, start, stop in parts):
+        assert across is None  # nothing to read: the caller's own path
+    else:
+        assert across == expected
+
+
+def test_read_across_leaves_to_the_caller_what_it_cannot_cut_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``None`` for too few samples, too many bytes, shards laid out differently, and a shard read by
+    byte ranges; a file shortened under an open reader is named."""
+    fmt = get_format("tar")
+    monkeypatch.setattr(spanreader, "JOINED_MIN_SAMPLES", 4)
+    both = write(fmt, tmp_path / "both.tar", some_samples(10))
+    one = write(fmt, tmp_path / "one.tar", [(f"k{i}", {"bin": b"x"}) for i in range(10)])
+    buffer = spanreader.ReadBuffer()
+    with (
+        cast(spanreader.SpanReader, fmt.open_reader(tmp_path / "both.tar", both)) as a,
+        cast(spanreader.SpanReader, fmt.open_reader(tmp_path / "one.tar", one)) as b,
+    ):
+        assert spanreader.read_across([(a, 0, 3)], ["bin"], buffer) is None
+        assert spanreader.read_across([(a, 0, 4)], ["bin"], buffer) is not None
+        assert spanreader.read_across([(a, 0, 2), (b, 0, 2)], ["bin"], buffer) is None
+        monkeypatch.setattr(spanreader, "JOINED_BYTES", both.end - 1)
+        assert spanreader.read_across([(a, 0, 10)], ["bin"], buffer) is None
+        monkeypatch.setattr(spanreader, "JOINED_BYTES", JOINED_BYTES)
+        os.truncate(tmp_path / "both.tar", both[8])
+        with pytest.raises(CorruptShardError, match=r"both\.tar.*sample 8"):
+            spanreader.read_across([(a, 0, 10)], ["bin"], buffer)
+    remote = mock.Mock(name="remote", size=both.end)
+    remote.name = "s3://bucket/both.tar"
+    with cast(spanreader.SpanReader, fmt.open_reader(tmp_path / "both.tar", both, remote=remote)) as r:
+        assert spanreader.read_across([(r, 0, 10)], ["bin"], buffer) is None
 
 
 def _decode_each(records: Sequence[bytes], names: Sequence[str]) -> tuple[list[str], dict[str, list]]:

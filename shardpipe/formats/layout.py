@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -321,29 +321,28 @@ def cut_columns(
             values.append(None if a == NO_SPAN else view[a - base : row[column + 1] - base].tobytes())
 
 
-def cut_joined(
-    view: memoryview, index: ShardIndex, starts: np.ndarray, stops: np.ndarray, shifts: np.ndarray,
-    names: Sequence[str], verified: bool, shard: str,
+def cut_rows(
+    view: memoryview, rows: np.ndarray, shift: np.ndarray, ends: np.ndarray, index: ShardIndex,
+    names: Sequence[str], verified: bool, locate: Callable[[int], tuple[str, int]],
 ) -> tuple[list[str], dict[str, list[bytes | None]]]:  # fmt: skip
-    """Keys and field columns of the samples of runs ``[starts[i], stops[i])``, whose bytes lie in
-    ``view`` shifted by ``shifts[i]`` from their file offsets, as :func:`check_spans` and
-    :func:`cut_columns` give them run by run, from one gather of the runs' index rows."""
-    counts = stops - starts
-    run_of = np.repeat(np.arange(len(counts)), counts)
-    samples = np.arange(int(counts.sum())) - (np.cumsum(counts) - counts)[run_of] + starts[run_of]
-    rows, shift = index.table[samples], shifts[run_of]
+    """Keys and field columns of samples whose index ``rows`` (laid out as ``index``'s) lie in ``view``
+    at their file offsets plus ``shift``, each ending at ``ends`` in ``view``: what :func:`check_spans`
+    and :func:`cut_columns` give run by run, by index arithmetic. ``locate(i)`` names row i's shard and
+    sample for an error."""
+
+    def corrupt(i: int, detail: str, offset: int | None = None) -> CorruptShardError:
+        shard, sample = locate(i)
+        return CorruptShardError(shard, detail, sample_index=sample, offset=offset)
+
     begin = (rows[:, OFFSET].astype(np.int64) + shift).tolist()
-    if verified and len(samples):
-        end = (index.offsets[samples + 1].astype(np.int64) + shift).tolist()
+    if verified and len(rows):
         sums = np.fromiter(
-            (checksum(view[a:b]) for a, b in zip(begin, end, strict=True)), np.uint64, len(end)
+            (checksum(view[a:b]) for a, b in zip(begin, ends.tolist(), strict=True)), np.uint64, len(rows)
         )
         bad = np.flatnonzero(sums != rows[:, CHECKSUM])
         if len(bad):
-            raise CorruptShardError(
-                shard, "sample bytes differ from their checksum", sample_index=int(samples[bad[0]]),
-                offset=int(rows[bad[0], OFFSET]),
-            )  # fmt: skip
+            i = int(bad[0])
+            raise corrupt(i, "sample bytes differ from their checksum", int(rows[i, OFFSET]))
     key_spans = zip((rows[:, KEY_START].astype(np.int64) + shift).tolist(),
                     (rows[:, KEY_STOP].astype(np.int64) + shift).tolist(), strict=True)  # fmt: skip
     try:
@@ -351,12 +350,12 @@ def cut_joined(
     except UnicodeDecodeError:
         keys = []
         for i, row in enumerate(rows.tolist()):  # the first key that fails, named
-            span = view[row[KEY_START] + int(shift[i]) : row[KEY_STOP] + int(shift[i])]
             try:
-                keys.append(str(span, "utf-8"))
+                keys.append(
+                    str(view[row[KEY_START] + int(shift[i]) : row[KEY_STOP] + int(shift[i])], "utf-8")
+                )
             except UnicodeDecodeError as exc:
-                detail = f"key is not UTF-8: {exc}"
-                raise CorruptShardError(shard, detail, sample_index=int(samples[i])) from None
+                raise corrupt(i, f"key is not UTF-8: {exc}") from None
     fields: dict[str, list[bytes | None]] = {}
     for name in names:
         column = index.first_field + 2 * index.fields.index(name)

@@ -29,7 +29,7 @@ from shardpipe.formats.layout import (
     check_spans,
     column_specs,
     cut_columns,
-    cut_joined,
+    cut_rows,
     cut_samples,
     is_plain,
 )
@@ -43,6 +43,22 @@ JOINED_BYTES = 4 << 20
 JOINED_MIN_SAMPLES = 128
 """Samples a ``read_runs`` call needs before the one-buffer path pays for its fixed cost (a few dozen
 numpy calls); fewer go run by run (docs/performance.md, "Formats")."""
+
+
+class ReadBuffer:
+    """One buffer reused by every read of a reader (or of a dataset's windows), grown as needed: a fresh
+    buffer per read costs a page fault per 4 KiB."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def view(self, size: int) -> memoryview:
+        """The first ``size`` bytes; a larger buffer replaces the old one (views of it stay valid)."""
+        if size > len(self._data):
+            self._data = bytearray(size)
+        return memoryview(self._data)[:size]
 
 
 class SpanReader:
@@ -63,7 +79,7 @@ class SpanReader:
         """Whether each sample's checksum is checked (a version-2 index, and ``check``)."""
         self._check_framing = check and not self._verified
         """Whether the format's own checks run instead (a version-1 index, or plain offsets)."""
-        self._buffer = bytearray()
+        self._buffer = ReadBuffer()
         self._remote = remote
         self._fetched: dict[int, bytes] = {}  # base offset -> bytes of a run, fetched ahead by read_runs
         end = int(index[len(index) - 1])
@@ -102,9 +118,9 @@ class SpanReader:
             else:
                 cut_columns(view, rows, columns, first, base, self._shard, keys)
 
-        fast = isinstance(index, ShardIndex) and index.all_plain and not self._check_framing
-        if fast and self._remote is None and sum(stop - start for start, stop in runs) >= JOINED_MIN_SAMPLES:
-            joined = self._read_joined(runs, names)
+        fast = self._sliced
+        if fast and self._remote is None:
+            joined = read_across([(self, start, stop) for start, stop in runs], names, self._buffer)
             if joined is not None:
                 return joined
         all_rows = self._rows_of(runs) if fast else [None] * len(runs)
@@ -122,35 +138,6 @@ class SpanReader:
                 for _ in self._chunks(start, stop, add):
                     pass
         return keys, fields
-
-    def _read_joined(self, runs: Sequence[tuple[int, int]], names: Sequence[str]) -> ColumnsOut | None:
-        """Every run read end to end into one buffer (a ``preadv`` each), then checked and cut by index
-        arithmetic (:func:`cut_joined`): per sample only the checksum call and the slicing. ``None`` when
-        the runs hold more than ``JOINED_BYTES``: large samples go the chunked way, which keeps each chunk
-        in the CPU cache while it is checked and cut, and whose per-run cost they can afford."""
-        index = cast(ShardIndex, self._index)
-        for start, stop in runs:
-            self._check_bounds(start, stop)
-        starts = np.fromiter((start for start, _ in runs), np.int64, len(runs))
-        stops = np.fromiter((stop for _, stop in runs), np.int64, len(runs))
-        bases, ends = index.offsets[starts].astype(np.int64), index.offsets[stops].astype(np.int64)
-        sizes = ends - bases
-        total = int(sizes.sum())
-        if total > JOINED_BYTES:
-            return None
-        positions = np.cumsum(sizes) - sizes
-        if total > len(self._buffer):
-            self._buffer = bytearray(total)
-        view = memoryview(self._buffer)[:total]
-        if not self._closer.alive:
-            raise UsageError(f"the reader of {self._shard} is closed")
-        reads = zip(bases.tolist(), sizes.tolist(), positions.tolist(), starts.tolist(), strict=True)
-        for base, size, at, start in reads:
-            if size and os.preadv(self._fd, [view[at : at + size]], base) != size:
-                raise CorruptShardError(
-                    self._shard, "file ends inside the span", sample_index=start, offset=base
-                )
-        return cut_joined(view, index, starts, stops, positions - bases, names, self._verified, self._shard)
 
     def _rows_of(self, runs: Sequence[tuple[int, int]]) -> list[Rows]:
         """Each run's index rows (and the row after its last sample): a slice each, cheaper than one
@@ -177,9 +164,7 @@ class SpanReader:
                     self._shard, "object ends inside the span", sample_index=sample_index, offset=base
                 )
             return memoryview(data)
-        if size > len(self._buffer):
-            self._buffer = bytearray(size)
-        view = memoryview(self._buffer)[:size]
+        view = self._buffer.view(size)
         if not self._closer.alive:
             raise UsageError(f"the reader of {self._shard} is closed")
         if os.preadv(self._fd, [view], base) != size:
@@ -230,6 +215,18 @@ class SpanReader:
             yield result
             first = last
 
+    @property
+    def _sliced(self) -> bool:
+        """Whether every sample is sliced by a ``ShardIndex`` (none parsed or checked by the format's own
+        framing)."""
+        index = self._index
+        return isinstance(index, ShardIndex) and index.all_plain and not self._check_framing
+
+    @property
+    def joinable(self) -> bool:
+        """Whether :func:`read_across` can read this shard: a local file whose samples are all sliced."""
+        return self._remote is None and self._sliced
+
     def _sliceable(self, view: memoryview, start: int, base: int, rows: Rows | None) -> Rows | None:
         """The chunk's index ``rows``, checked, when every sample can be sliced by them; ``None`` to parse."""
         if rows is None:
@@ -279,3 +276,75 @@ def _open_checked(path: Path, end: int) -> int:
         os.close(fd)
         raise CorruptShardError(shard, f"file is {size:,} bytes, its index ends at byte {end:,} (truncated?)")
     return fd
+
+
+Part = tuple[SpanReader, int, int]
+"""Samples ``[start, stop)`` of the shard a reader has open."""
+
+
+def read_across(parts: Sequence[Part], names: Sequence[str], buffer: ReadBuffer) -> ColumnsOut | None:
+    """The samples of ``parts``, in order, from any of one dataset's shards: every part read end to end
+    into ``buffer`` (grown as needed; one ``preadv`` each), then checked and cut together by
+    :func:`cut_rows`, so per sample only the checksum call and the slicing remain, and what a call costs
+    beyond that is paid once for all parts instead of once per shard.
+
+    ``None`` (read them another way) when they hold fewer than ``JOINED_MIN_SAMPLES`` samples (the fixed
+    cost of a few dozen numpy calls would dominate) or more than ``JOINED_BYTES`` (large samples go the
+    chunked way, which keeps each chunk in the CPU cache while it is checked and cut), when a reader is not
+    :attr:`~SpanReader.joinable`, or when the shards' indexes are laid out differently."""
+    if not parts or sum(stop - start for _, start, stop in parts) < JOINED_MIN_SAMPLES:
+        return None
+    readers = dict.fromkeys(reader for reader, _, _ in parts)
+    first = parts[0][0]
+    if not all(reader.joinable and _layout(reader) == _layout(first) for reader in readers):
+        return None
+    for reader in readers:
+        if not reader._closer.alive:
+            raise UsageError(f"the reader of {reader._shard} is closed")
+    indexes = {reader: cast(ShardIndex, reader._index) for reader in readers}
+    rows, bases, sizes, counts = [], [], [], []
+    for reader, start, stop in parts:
+        index = indexes[reader]
+        offsets = index.offsets
+        if not 0 <= start <= stop < len(offsets):
+            reader._check_bounds(start, stop)  # raises, naming the shard
+        base = offsets.item(start)
+        bases.append(base)
+        sizes.append(offsets.item(stop) - base)
+        counts.append(stop - start)
+        rows.append(index.table[start:stop])
+    total = sum(sizes)
+    if total > JOINED_BYTES:
+        return None
+    view, at = buffer.view(total), 0
+    for (reader, start, stop), base, size in zip(parts, bases, sizes, strict=True):
+        if size and (got := os.preadv(reader._fd, [view[at : at + size]], base)) != size:
+            offsets = indexes[reader].offsets[start : stop + 1]
+            cut = start + int(np.searchsorted(offsets, base + got, side="right")) - 1  # the sample it cuts
+            raise CorruptShardError(
+                reader._shard, "file ends inside the sample", sample_index=cut, offset=base + got
+            )
+        at += size
+    run_counts, run_sizes = np.array(counts, np.int64), np.array(sizes, np.int64)
+    positions = np.cumsum(run_sizes) - run_sizes  # where each part starts in the buffer
+    run_of = np.repeat(np.arange(len(parts)), run_counts)
+    shift = (positions - np.array(bases, np.int64))[run_of]
+    table = np.concatenate(rows)
+    ends = np.empty(len(table), np.int64)  # in the buffer: where the next sample of the part begins,
+    ends[:-1] = table[1:, OFFSET].astype(np.int64) + shift[1:]
+    nonempty = run_counts > 0  # or, for a part's last sample, where the part ends
+    ends[np.cumsum(run_counts)[nonempty] - 1] = (positions + run_sizes)[nonempty]
+    firsts = np.cumsum(run_counts) - run_counts
+
+    def locate(i: int) -> tuple[str, int]:
+        run = int(run_of[i])
+        reader, start, _ = parts[run]
+        return reader._shard, start + i - int(firsts[run])
+
+    return cut_rows(view, table, shift, ends, indexes[first], names, first._verified, locate)
+
+
+def _layout(reader: SpanReader) -> tuple[object, ...]:
+    """What must agree for shards to be cut together: their index columns and whether they are checked."""
+    index = cast(ShardIndex, reader._index)
+    return index.fields, index.first_field, reader._verified
