@@ -24,6 +24,7 @@ from torch.utils.data import IterableDataset
 from loaders.columns import Columns, batches
 from loaders.decode import Decoder, resolve_decoders
 from loaders.elastic import Segment, consumed_count, remaining_runs
+from loaders.heap import freeze_inherited_objects
 from loaders.mixing import default_block_size, warn_if_poorly_mixed
 from loaders.planner import (
     DEFAULT_BLOCK_SIZE,
@@ -224,6 +225,7 @@ class ShardedDataset(IterableDataset[Sample]):
 
     # ---- reading ------------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
+        freeze_inherited_objects()
         worker_index, num_workers = get_worker()
         epoch = self.epoch
         history, resumed_batches = self.position.resume_point()

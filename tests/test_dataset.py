@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -221,3 +223,25 @@ def test_windows_read_across_shards_yield_what_shard_by_shard_reads_yield(
     across, by_shard = both_ways(on_error="skip")
     assert across == by_shard and sum(pad for *_, pad in across) == 1 + 1  # the bad sample, and one pad
 
+
+def test_workers_freeze_the_objects_they_inherit_and_the_main_process_does_not(
+    packed: dict[str, Path],
+) -> None:
+    """A worker's collector stops walking the trainer's heap it inherited; the trainer's own is left alone."""
+    dataset = ShardedDataset(packed["tar"], rank=0, world_size=1)
+    before = gc.get_freeze_count()
+    list(dataset)
+    assert gc.get_freeze_count() == before
+    probe = torch.utils.data.DataLoader(_FreezeProbe(dataset), batch_size=None, num_workers=1)
+    assert next(iter(probe)) > 1000  # torch alone leaves far more than that in a worker
+
+
+class _FreezeProbe(torch.utils.data.IterableDataset[int]):
+    """Iterates the dataset in a worker, then reports how many objects that worker froze."""
+
+    def __init__(self, dataset: ShardedDataset) -> None:
+        self.dataset = dataset
+
+    def __iter__(self) -> Iterator[int]:
+        next(iter(self.dataset))
+        yield gc.get_freeze_count()
