@@ -13,12 +13,11 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import cast
 
 from loaders.source import DatasetSource
 from shardpipe.formats import ColumnsOut, Format, ShardReader
 from shardpipe.formats.layout import ShardIndex
-from shardpipe.formats.spanreader import ReadBuffer, SpanReader, read_across
+from shardpipe.formats.spanreader import ReadBuffer
 from shardpipe.manifest import ShardEntry
 
 MAX_OPEN_SHARDS = 64  # open shard readers per process: each holds a file descriptor or a mapping
@@ -59,18 +58,16 @@ class ShardReaders:
 
     def read_window(self, runs: Sequence[Sequence[int]], names: Sequence[str]) -> ColumnsOut | None:
         """The samples of ``runs`` (``[shard, start, stop, ...]``) in order, read and cut together across
-        shards (:func:`~shardpipe.formats.spanreader.read_across`); ``None`` where that cannot be done
-        (readers that live for one read, more shards than stay open, a format or shard it cannot take):
-        read shard by shard then."""
+        shards (``Format.read_across``); ``None`` where that cannot be done (readers that live for one
+        read, more shards than stay open, shards the format cannot take together): read shard by shard
+        then."""
         self._drop_inherited()
         shards = dict.fromkeys(run[0] for run in runs)
         if self._per_read or len(shards) > MAX_OPEN_SHARDS:
             return None
         readers = {shard: self._kept(shard) for shard in shards}
-        if not all(isinstance(reader, SpanReader) for reader in readers.values()):
-            return None
-        parts = [(cast(SpanReader, readers[run[0]]), run[1], run[2]) for run in runs]
-        return read_across(parts, names, self._window_buffer)
+        parts = [(readers[run[0]], run[1], run[2]) for run in runs]
+        return self._format.read_across(parts, names, self._window_buffer)
 
     @property
     def _per_read(self) -> bool:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the CLI imports this package for the format names: keep num
     import numpy as np
 
     from shardpipe.formats.layout import SampleLayout, ShardIndex
+    from shardpipe.formats.spanreader import ReadBuffer
 
 Offsets: TypeAlias = "ShardIndex | Sequence[int] | np.ndarray"
 """A shard's index, or just its ``num_samples + 1`` sample offsets (then the reader parses)."""
@@ -124,6 +125,17 @@ class Format(Protocol):
     ) -> Iterator[tuple[str, Fields]]:
         """Yield ``(key, fields)`` for samples ``start <= i < stop`` of the shard at ``path``: a reader
         opened for one span. Prefer :meth:`open_reader` to read many spans."""
+
+    def read_across(
+        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], buffer: ReadBuffer
+    ) -> ColumnsOut | None:
+        """The samples ``[start, stop)`` of each part, in order, from several shards of one dataset (readers
+        this format opened, kept open), read and checked together as one read_runs call does, with the cost
+        of a call paid once for all of them; ``buffer`` is reused between calls. ``None`` when they must be
+        read reader by reader (``read_runs``).
+
+        Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
+        """
 
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         """Parse every record; return keys, layouts and the end offset, as the writer's ``close()`` does.

@@ -21,16 +21,17 @@ import os
 import struct
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import islice
+from contextlib import ExitStack
+from itertools import groupby, islice
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import lmdb
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.formats import Column, ColumnsOut, Fields, Offsets, RemoteBytes, framing
+from shardpipe.formats import Column, ColumnsOut, Fields, Offsets, RemoteBytes, ShardReader, framing
 from shardpipe.formats.layout import (
     KEY_START,
     KEY_STOP,
@@ -357,9 +358,45 @@ class LmdbFormat:
         with LmdbReader(path, offsets, check=check) as reader:
             yield from reader.read(start, stop)
 
+    def read_across(
+        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], buffer: object = None
+    ) -> ColumnsOut | None:
+        """One read transaction per shard, each shard's records in one walk (runs of one shard next to
+        each other), and every record decoded together (:func:`framing.decode_many`)."""
+        readers = dict.fromkeys(cast(LmdbReader, reader) for reader, _, _ in parts)
+        first = next(iter(readers), None)
+        if first is None or any((r._version, r._check) != (first._version, first._check) for r in readers):
+            return None
+        records: list[bytes | memoryview] = []
+        with ExitStack() as stack:
+            txns = {}
+            for shard, group in groupby(parts, key=lambda part: part[0]):
+                reader, runs = cast(LmdbReader, shard), [(start, stop) for _, start, stop in group]
+                reader._check_runs(runs)
+                try:
+                    if reader not in txns:
+                        txns[reader] = stack.enter_context(reader._env.begin(buffers=True))
+                    records += reader._records(txns[reader], runs)
+                except lmdb.Error as exc:
+                    raise CorruptShardError(reader._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
+            try:
+                return framing.decode_many(records, names, version=first._version, check=first._check)
+            except framing.RecordError as exc:
+                reader, sample = _locate(parts, exc.position)
+                raise CorruptShardError(reader._shard, str(exc), sample_index=sample) from exc
+
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         with LmdbReader(path) as reader:
             return reader.scan()
+
+
+def _locate(parts: Sequence[tuple[ShardReader, int, int]], position: int) -> tuple[LmdbReader, int]:
+    """The reader and sample index of the ``position``-th record of ``parts``."""
+    for reader, start, stop in parts:
+        if position < stop - start:
+            return cast(LmdbReader, reader), start + position
+        position -= stop - start
+    raise IndexError(position)
 
 
 FORMAT = LmdbFormat()

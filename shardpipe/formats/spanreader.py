@@ -20,7 +20,7 @@ from typing import TypeVar, cast
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.formats import ColumnsOut, Fields, Offsets, RemoteBytes
+from shardpipe.formats import ColumnsOut, Fields, Offsets, RemoteBytes, ShardReader
 from shardpipe.formats.layout import (
     OFFSET,
     Rows,
@@ -280,6 +280,15 @@ def _open_checked(path: Path, end: int) -> int:
 
 Part = tuple[SpanReader, int, int]
 """Samples ``[start, stop)`` of the shard a reader has open."""
+
+
+class SpanFormat:
+    """What the formats read by byte offset share (their ``Format`` classes derive from it)."""
+
+    def read_across(
+        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], buffer: ReadBuffer
+    ) -> ColumnsOut | None:
+        return read_across(cast(Sequence[Part], parts), names, buffer)
 
 
 def read_across(parts: Sequence[Part], names: Sequence[str], buffer: ReadBuffer) -> ColumnsOut | None:

@@ -29,7 +29,7 @@ from shardpipe.formats.layout import (
     fixed_columns,
     span_checksums,
 )
-from shardpipe.formats.spanreader import SpanReader
+from shardpipe.formats.spanreader import SpanFormat, SpanReader
 from shardpipe.formats.tarparse import BLOCK, parse, verify_checksums
 
 END_OF_ARCHIVE = bytes(2 * BLOCK)
@@ -230,7 +230,7 @@ def _check_member_headers(
     verify_checksums(view, (headers[present] - base).tolist(), shard, base)
 
 
-class TarFormat:
+class TarFormat(SpanFormat):
     name = "tar"
     suffix = ".tar"
     needs_index = True

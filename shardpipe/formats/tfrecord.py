@@ -30,7 +30,7 @@ from shardpipe.formats.layout import (
     fixed_columns,
     span_checksums,
 )
-from shardpipe.formats.spanreader import SpanReader
+from shardpipe.formats.spanreader import SpanFormat, SpanReader
 from shardpipe.formats.tf_example import KEY_FEATURE, decode_example, entry_head, own_spans, varint
 
 _HEADER = struct.Struct("<QI")
@@ -193,7 +193,7 @@ class TfrecordReader(SpanReader):
         return out
 
 
-class TfrecordFormat:
+class TfrecordFormat(SpanFormat):
     name = "tfrecord"
     suffix = ".tfrecord"
     needs_index = True
