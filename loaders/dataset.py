@@ -271,7 +271,8 @@ class ShardedDataset(IterableDataset[Sample]):
             skip = 0
 
     def _read_window(self, window: Window, worker_index: int) -> Columns:
-        """The window's samples in read order, one reader call per run of spans in the same shard; with
+        """The window's samples in read order: all its shards read together when the format can
+        (``Format.read_across``), else one reader call per run of spans in the same shard; with
         on_error='skip' a bad sample becomes a flagged copy of a good one."""
         runs = window.runs
         try:

@@ -17,7 +17,7 @@ Rules, in order:
 4. Workers. The rank's stream is cut into contiguous parts of ``worker_sample_counts`` samples (whole
    batches), the same sizes on every rank, so every rank yields ceil(per_rank / batch_size) batches.
 5. Windows. A worker's part is cut into windows of ``shuffle_buffer`` samples. With shuffle, a window's
-   spans are read in shard and sample order (one reader call per shard) and its samples yielded in a
+   spans are read in shard and sample order (in one pass over its shards) and its samples yielded in a
    permutation seeded by ``SeedSequence([seed, epoch, rank, worker, window])``. A worker holds one window
    of samples at a time.
 

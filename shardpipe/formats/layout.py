@@ -350,10 +350,9 @@ def cut_rows(
     except UnicodeDecodeError:
         keys = []
         for i, row in enumerate(rows.tolist()):  # the first key that fails, named
+            span = view[row[KEY_START] + int(shift[i]) : row[KEY_STOP] + int(shift[i])]
             try:
-                keys.append(
-                    str(view[row[KEY_START] + int(shift[i]) : row[KEY_STOP] + int(shift[i])], "utf-8")
-                )
+                keys.append(str(span, "utf-8"))
             except UnicodeDecodeError as exc:
                 raise corrupt(i, f"key is not UTF-8: {exc}") from None
     fields: dict[str, list[bytes | None]] = {}

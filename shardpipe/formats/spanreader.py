@@ -4,7 +4,8 @@ A :class:`SpanReader` opens its file once, refuses a file shorter than its index
 and reads whole samples with one ``preadv`` per chunk into a buffer it reuses; the format subclass turns
 each chunk's bytes into samples. The file descriptor is closed by ``close()``, by ``with``, or when the
 reader is dropped. A reader holds no state a fork would break (``preadv`` has no file position), but like
-every reader it is meant to be created in the process that uses it.
+every reader it is meant to be created in the process that uses it. :func:`read_across` reads runs of
+several such shards (a loader's window) into one buffer and cuts them together.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ class SpanReader:
                 cut_columns(view, rows, columns, first, base, self._shard, keys)
 
         fast = self._sliced
-        if fast and self._remote is None:
+        if self.joinable:
             joined = read_across([(self, start, stop) for start, stop in runs], names, self._buffer)
             if joined is not None:
                 return joined
