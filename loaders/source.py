@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from shardpipe.cache import DEFAULT_PREFETCH, ShardCache, ShardRef
-from shardpipe.formats.layout import ShardIndex, fixed_columns
+from shardpipe.formats.layout import ShardIndex, index_bytes
 from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, load_manifest, manifest_path
 from shardpipe.storage import Store, is_remote, open_store, redact_url
 
@@ -107,8 +107,8 @@ class DatasetSource:
         """The shard's index as the cache fetches it, if the manifest names it with its checksum."""
         if entry.index_path is None or entry.index_sha256 is None:
             return None
-        columns = fixed_columns(self.manifest.index_version) + 2 * len(self.manifest.fields)
-        return ShardRef(entry.index_path, entry.index_sha256, (entry.num_samples + 1) * columns * 8)
+        size = index_bytes(entry.num_samples, len(self.manifest.fields), self.manifest.index_version)
+        return ShardRef(entry.index_path, entry.index_sha256, size)
 
     def close(self) -> None:
         if self._cache is not None:

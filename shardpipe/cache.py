@@ -4,8 +4,9 @@
 sha256, held against eviction until the block ends. The first process on a node that needs a shard
 downloads it (to a temporary, checked, renamed); every other process and thread waits for that download
 instead of starting its own. ``plan(shards)`` tells the cache the order this process will read in: the
-next ``prefetch`` shards not yet cached are fetched in the background while the current one is read (one
-another process is fetching is left to it, and the next one taken instead), and eviction under
+next ``prefetch`` shards not yet cached are fetched in the background while the current one is read (a
+background fetch of a shard another process is fetching gives up at once instead of queueing behind it),
+and eviction under
 ``cache_limit`` drops the shard whose next use is furthest away over every live reader's plan on the node
 (``shardpipe.cacheplans``), so one worker does not evict the shard another reads next. A dataset on a
 local path is not copied: ``local`` yields the file itself.
@@ -42,7 +43,7 @@ log = logging.getLogger("shardpipe.cache")
 DEFAULT_PREFETCH = 4
 LOOKAHEAD = 4
 """Prefetch looks this many times ``prefetch`` plan entries ahead for shards not yet cached: readers of
-one node read many shards in the same order, and a shard another process is fetching is skipped."""
+one node read many shards in the same order, so the next entries are often cached already."""
 #: Downloads of one shard that may fail their sha256 check before ``CorruptShardError``.
 DOWNLOAD_ATTEMPTS = 3
 

@@ -226,8 +226,8 @@ def test_prefetch_fetches_the_next_shards_of_the_plan(s3: S3Server, s3_root: str
 def test_prefetch_passes_over_shards_cached_or_being_fetched_elsewhere(
     s3: S3Server, s3_root: str, tmp_path: Path
 ) -> None:
-    """Readers of one node read many shards in the same order: a prefetch takes the next shards that are
-    neither cached nor in another process's hands, instead of waiting behind that process."""
+    """Readers of one node read many shards in the same order: a prefetch passes over cached shards to the
+    next ones, and leaves a shard another process is fetching to it instead of waiting behind it."""
     shards = upload_shards(s3, s3_root, [10_000] * 6)
     refs = [ref for ref, _ in shards]
     with make_cache(s3, s3_root, tmp_path, prefetch=2) as cache:

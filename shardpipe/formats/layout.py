@@ -45,6 +45,11 @@ def fixed_columns(version: int) -> int:
     return 3 if version == 1 else 4
 
 
+def index_bytes(num_samples: int, num_fields: int, version: int) -> int:
+    """The size of an index file: ``num_samples + 1`` rows of uint64."""
+    return (num_samples + 1) * (fixed_columns(version) + 2 * num_fields) * 8
+
+
 @dataclass(frozen=True, slots=True)
 class SampleLayout:
     offset: int
@@ -180,9 +185,9 @@ class ShardIndex:
                 "run `shardpipe verify`"
             )
         width = fixed_columns(version) + 2 * len(fields)
-        if len(data) != (num_samples + 1) * width * 8:
+        if len(data) != (expected := index_bytes(num_samples, len(fields), version)):
             raise DataError(
-                f"index {path} holds {len(data):,} bytes, expected {(num_samples + 1) * width * 8:,} "
+                f"index {path} holds {len(data):,} bytes, expected {expected:,} "
                 f"({num_samples + 1} rows of {width} uint64); run `shardpipe verify`"
             )
         table = np.frombuffer(data, dtype="<u8").reshape(num_samples + 1, width)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import struct
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from itertools import groupby, islice
 from pathlib import Path
@@ -186,11 +186,11 @@ def _check_complete(env: lmdb.Environment, file_size: int, shard: str) -> None:
         raise CorruptShardError(shard, f"truncated: {file_size:,} bytes, its pages need {needed:,}")
 
 
-def _sample(runs: Sequence[tuple[int, int]], position: int) -> int:
-    """The sample index of the ``position``-th sample read by ``runs``."""
-    for start, stop in runs:
+def _run_at(runs: Iterable[tuple[int, int]], position: int) -> tuple[int, int]:
+    """Which run holds the ``position``-th sample read by ``runs``, and that sample's index."""
+    for run, (start, stop) in enumerate(runs):
         if position < stop - start:
-            return start + position
+            return run, start + position
         position -= stop - start
     raise IndexError(position)
 
@@ -230,23 +230,16 @@ class LmdbReader:
 
     def read_runs(self, runs: Sequence[tuple[int, int]], names: Sequence[str]) -> ColumnsOut:
         """Every run through one read transaction, and the records decoded together
-        (:func:`framing.decode_many`): a window reads hundreds of runs of a few samples."""
-        self._check_runs(runs)
-        try:
-            with self._env.begin(buffers=True) as txn:
-                records = self._records(txn, runs)
-                return framing.decode_many(records, names, version=self._version, check=self._check)
-        except framing.RecordError as exc:
-            raise CorruptShardError(self._shard, str(exc), sample_index=_sample(runs, exc.position)) from exc
-        except lmdb.Error as exc:
-            raise CorruptShardError(self._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
+        (:func:`_decode_parts`): a window reads hundreds of runs of a few samples."""
+        parts = [(self, start, stop) for start, stop in runs]
+        return _decode_parts(parts, names, version=self._version, check=self._check)
 
     def _read(self, runs: Sequence[tuple[int, int]]) -> Iterator[tuple[str, Fields]]:
         self._check_runs(runs)
         try:
             with self._env.begin(buffers=True) as txn:
                 for position, record in enumerate(self._records(txn, runs)):
-                    yield self._decode(record, _sample(runs, position))
+                    yield self._decode(record, _run_at(runs, position)[1])
         except lmdb.Error as exc:
             raise CorruptShardError(self._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
 
@@ -268,7 +261,7 @@ class LmdbReader:
         if records and max(sizes) > self._file_size:
             position = next(i for i, size in enumerate(sizes) if size > self._file_size)
             detail = f"record of {sizes[position]:,} bytes"
-            raise CorruptShardError(shard, detail, sample_index=_sample(runs, position))
+            raise CorruptShardError(shard, detail, sample_index=_run_at(runs, position)[1])
         return records
 
     def _check_runs(self, runs: Sequence[tuple[int, int]]) -> None:
@@ -361,42 +354,45 @@ class LmdbFormat:
     def read_across(
         self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], buffer: object = None
     ) -> ColumnsOut | None:
-        """One read transaction per shard, each shard's records in one walk (runs of one shard next to
-        each other), and every record decoded together (:func:`framing.decode_many`)."""
-        readers = dict.fromkeys(cast(LmdbReader, reader) for reader, _, _ in parts)
-        first = next(iter(readers), None)
-        if first is None or any((r._version, r._check) != (first._version, first._check) for r in readers):
+        """One read transaction per shard and every record decoded together (:func:`_decode_parts`);
+        ``None`` for no parts, or shards of different framing versions or checks."""
+        ours = cast(Sequence[Part], parts)
+        kinds = {(reader._version, reader._check) for reader, _, _ in ours}
+        if len(kinds) != 1:
             return None
-        records: list[bytes | memoryview] = []
-        with ExitStack() as stack:
-            txns = {}
-            for shard, group in groupby(parts, key=lambda part: part[0]):
-                reader, runs = cast(LmdbReader, shard), [(start, stop) for _, start, stop in group]
-                reader._check_runs(runs)
-                try:
-                    if reader not in txns:
-                        txns[reader] = stack.enter_context(reader._env.begin(buffers=True))
-                    records += reader._records(txns[reader], runs)
-                except lmdb.Error as exc:
-                    raise CorruptShardError(reader._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
-            try:
-                return framing.decode_many(records, names, version=first._version, check=first._check)
-            except framing.RecordError as exc:
-                reader, sample = _locate(parts, exc.position)
-                raise CorruptShardError(reader._shard, str(exc), sample_index=sample) from exc
+        version, check = kinds.pop()
+        return _decode_parts(ours, names, version=version, check=check)
 
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         with LmdbReader(path) as reader:
             return reader.scan()
 
 
-def _locate(parts: Sequence[tuple[ShardReader, int, int]], position: int) -> tuple[LmdbReader, int]:
-    """The reader and sample index of the ``position``-th record of ``parts``."""
-    for reader, start, stop in parts:
-        if position < stop - start:
-            return cast(LmdbReader, reader), start + position
-        position -= stop - start
-    raise IndexError(position)
+Part = tuple[LmdbReader, int, int]
+"""Samples ``[start, stop)`` of the shard a reader has open."""
+
+
+def _decode_parts(parts: Sequence[Part], names: Sequence[str], *, version: int, check: bool) -> ColumnsOut:
+    """The records of ``parts``, in order, decoded together (:func:`framing.decode_many`): one read
+    transaction per shard, each shard's runs walked once (a shard's parts next to each other), a bad record
+    named by its shard and sample."""
+    records: list[bytes | memoryview] = []
+    with ExitStack() as stack:
+        txns: dict[LmdbReader, lmdb.Transaction] = {}
+        for reader, group in groupby(parts, key=lambda part: part[0]):
+            runs = [(start, stop) for _, start, stop in group]
+            reader._check_runs(runs)
+            try:
+                if reader not in txns:
+                    txns[reader] = stack.enter_context(reader._env.begin(buffers=True))
+                records += reader._records(txns[reader], runs)
+            except lmdb.Error as exc:
+                raise CorruptShardError(reader._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
+        try:
+            return framing.decode_many(records, names, version=version, check=check)
+        except framing.RecordError as exc:
+            run, sample = _run_at(((start, stop) for _, start, stop in parts), exc.position)
+            raise CorruptShardError(parts[run][0]._shard, str(exc), sample_index=sample) from exc
 
 
 FORMAT = LmdbFormat()
