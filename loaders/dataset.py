@@ -21,6 +21,7 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import IterableDataset
 
+from loaders.chunks import chunks
 from loaders.columns import Columns, batches
 from loaders.decode import Decoder, resolve_decoders
 from loaders.elastic import Segment, consumed_count, remaining_runs
@@ -57,7 +58,8 @@ OnError = Literal["raise", "skip"]
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
-    """How a split is read; everything here but ``on_error``, ``batched`` and ``check`` shapes the order."""
+    """How a split is read; everything here but ``on_error``, ``batched``, ``chunk_batches`` and ``check``
+    shapes the order."""
 
     split: str = "train"
     shuffle: bool = True
@@ -69,10 +71,13 @@ class ReadOptions:
     on_error: OnError = "raise"
     batched: bool = False
     check: bool = True
+    chunk_batches: int = 1  # batches per worker message on the batch path (``loaders.chunks``)
 
     def __post_init__(self) -> None:
         if self.on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        if self.chunk_batches < 1:
+            raise ValueError(f"chunk_batches must be >= 1, got {self.chunk_batches}")
         PlanConfig(1, 0, self.seed, self.shuffle, self.remainder, self.batch_size, self.block_size,
                    self.shuffle_buffer)  # fmt: skip  # validates every planning field now, not in a worker
 
@@ -242,7 +247,9 @@ class ShardedDataset(IterableDataset[Sample]):
         skip = consumed_count(config, per_rank, role, resumed_batches)
         columns = self._read_windows(windows, skip, worker_index)
         if self.batched:
-            return batches(columns, self.options.batch_size)
+            per_chunk = self.options.chunk_batches
+            cut = batches(columns, self.options.batch_size * per_chunk)
+            return cut if per_chunk == 1 else chunks(cut, worker_index)
         samples = (sample for window in columns for sample in window.samples())
         if not self.decoders and self.transform is None:
             return samples

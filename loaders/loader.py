@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from loaders.chunks import batches_per_chunk, interleave
 from loaders.collate import collate_samples
 from loaders.dataset import ShardedDataset
 from loaders.elastic import Segment
@@ -48,6 +49,9 @@ class ShardedLoader(DataLoader[Any]):
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
         if dataset.batched:  # the workers build whole batches: the DataLoader only forwards them
             kwargs["collate_fn"] = _forward
+            if kwargs.get("num_workers", 0) > 0:  # several small batches per message (loaders.chunks)
+                per_chunk = batches_per_chunk(batch_size, expected_batch_bytes(dataset, batch_size))
+                dataset = dataset.configured(chunk_batches=per_chunk)
             super().__init__(dataset, batch_size=None, **kwargs)
         else:
             super().__init__(dataset, batch_size=batch_size, **kwargs)
@@ -78,16 +82,15 @@ class ShardedLoader(DataLoader[Any]):
 
     def expected_batch_bytes(self) -> float:
         """A batch's bytes as the manifest predicts them (shard bytes per sample, framing included)."""
-        samples = sum(self.sharded.shard_sizes)
-        total = sum(shard.num_bytes for shard in self.sharded.shards)
-        return total / max(samples, 1) * self.samples_per_batch
+        return expected_batch_bytes(self.sharded, self.samples_per_batch)
 
     def _make_ring(self) -> Ring | None:
         """A ring for the workers about to start, when the batch path runs in workers and takes one."""
         if not self.sharded.batched or self.num_workers == 0 or self.transport == "pipe":
             return None
-        expected = self.expected_batch_bytes()
-        slot_bytes = slot_bytes_for(expected, self.samples_per_batch)
+        per_chunk = self.sharded.options.chunk_batches
+        expected = self.expected_batch_bytes() * per_chunk  # one message: a chunk of batches
+        slot_bytes = slot_bytes_for(expected, self.samples_per_batch * per_chunk)
         num_slots = (self.prefetch_factor or 2) + EXTRA_SLOTS
         ring_bytes = self.num_workers * num_slots * slot_bytes
         if not uses_ring(self.transport, expected, ring_bytes, shm_free_bytes()):
@@ -112,7 +115,10 @@ class ShardedLoader(DataLoader[Any]):
                 self._warned = True
         self._pass_sets = position.epoch_sets
         self._history = history
-        for batch in super().__iter__():
+        batches: Iterator[Any] = super().__iter__()
+        if self.sharded.options.chunk_batches > 1:
+            batches = interleave(batches, self.num_workers, self.samples_per_batch)
+        for batch in batches:
             self._batches += 1
             yield batch
         position.finish_pass()  # the next pass starts a fresh epoch plan
@@ -140,6 +146,13 @@ class ShardedLoader(DataLoader[Any]):
 
 def _forward(batch: Any) -> Any:
     return batch
+
+
+def expected_batch_bytes(dataset: ShardedDataset, batch_size: int) -> float:
+    """A batch's bytes as the manifest predicts them (shard bytes per sample, framing included)."""
+    samples = sum(dataset.shard_sizes)
+    total = sum(shard.num_bytes for shard in dataset.shards)
+    return total / max(samples, 1) * batch_size
 
 
 def enlarge_result_pipe(iterator: Any) -> bool:

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from loaders.chunks import Chunk
 from loaders.collate import Batch, RaggedBytes
 from shardpipe.errors import UsageError
 
@@ -268,9 +269,10 @@ def _receive(token: int, worker: int, seq: int, layout: Layout) -> Batch:
 
 @dataclass(slots=True)
 class RingSender:
-    """The batch path's ``collate_fn`` when the loader has a ring: in a worker it puts each batch into the
-    ring and returns its descriptor (or the batch itself, sent inline). It runs in the worker's main thread,
-    so an error here reaches the trainer as the worker's error, not lost in the queue's feeder thread."""
+    """The batch path's ``collate_fn`` when the loader has a ring: in a worker it puts each batch (a
+    chunk's, ``loaders.chunks``) into the ring and returns its descriptor (or the batch itself, sent
+    inline). It runs in the worker's main thread, so an error here reaches the trainer as the worker's
+    error, not lost in the queue's feeder thread."""
 
     ring: Ring
     wait_s: float = FULL_WAIT_S
@@ -278,11 +280,13 @@ class RingSender:
     _waited_s: float = field(default=0.0, repr=False)  # waiting since a free was last seen
     _freed_seen: int = field(default=-1, repr=False)
 
-    def __call__(self, batch: Any) -> Any:
+    def __call__(self, item: Any) -> Any:
         info = get_worker_info()
-        if info is None or not isinstance(batch, Batch):
-            return batch
-        return self.send(info.id, batch)
+        if info is None:
+            return item
+        if isinstance(item, Chunk):
+            return item if item.batch is None else item._replace(batch=self.send(info.id, item.batch))
+        return self.send(info.id, item) if isinstance(item, Batch) else item
 
     def send(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import fcntl
 import hashlib
 import multiprocessing as mp
@@ -278,6 +279,7 @@ def test_a_killed_process_holding_a_lock_does_not_block_others(
 
 
 def _read_with_inherited_cache(cache: ShardCache, ref: ShardRef, out: Any) -> None:
+    faulthandler.dump_traceback_later(CHILD_TIMEOUT_S / 2)  # a hang shows where the child waits
     with cache.local(ref.path, ref.sha256, ref.num_bytes) as path:
         out.put(hashlib.sha256(path.read_bytes()).hexdigest())
 

@@ -120,17 +120,28 @@ def as_lists(batch: dict[str, Any]) -> dict[str, Any]:
     return {k: v if isinstance(v, list) else v.tolist() for k, v in batch.items()}
 
 
+@pytest.fixture(params=[None, 1, 2, 3], ids=["chunks-default", "chunks-1", "chunks-2", "chunks-3"])
+def per_chunk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int | None:
+    """Batches per worker message (``loaders.chunks``): the default rule, or forced."""
+    if request.param is not None:
+        monkeypatch.setattr("loaders.loader.batches_per_chunk", lambda batch_size, expected: request.param)
+    return request.param  # type: ignore[no-any-return]
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("num_workers", [0, 1, 2])
 def test_batch_path_equals_the_per_sample_path_batch_by_batch(
-    packed: dict[str, Path], fmt: str, num_workers: int
+    packed: dict[str, Path], fmt: str, num_workers: int, per_chunk: int | None
 ) -> None:
-    """Raw fields: workers build batches from columns; with a collate_fn the DataLoader collates samples."""
+    """Raw fields: workers build batches from columns, several per message; with a collate_fn the
+    DataLoader collates samples, one batch per message."""
 
     def run(**kwargs: Any) -> list[dict[str, Any]]:
         dataset = ShardedDataset(packed[fmt], rank=1, world_size=2, seed=4, shuffle_buffer=6, block_size=2)
         loader = make_loader(dataset, 5, num_workers, persistent_workers=False, **kwargs)
         assert loader.sharded.batched == (not kwargs)
+        if per_chunk is not None and num_workers and not kwargs:
+            assert loader.sharded.options.chunk_batches == per_chunk
         loader.set_epoch(1)
         batches = [as_lists(b) for b in loader]
         assert len(batches) == len(loader)
@@ -139,7 +150,12 @@ def test_batch_path_equals_the_per_sample_path_batch_by_batch(
     assert run() == run(collate_fn=collate_samples)
 
 
-def test_batch_path_resumes_exactly(packed: dict[str, Path]) -> None:
+@pytest.mark.parametrize("consumed_batches", [1, 5])
+def test_batch_path_resumes_exactly(
+    packed: dict[str, Path], per_chunk: int | None, consumed_batches: int
+) -> None:
+    """Also when the save falls inside a chunk: the resumed workers cut their chunks afresh."""
+
     def loader() -> ShardedLoader:
         dataset = ShardedDataset(packed["lmdb"], rank=0, world_size=1, seed=2, shuffle_buffer=7)
         return make_loader(dataset, batch_size=4, num_workers=2, persistent_workers=False)
@@ -147,7 +163,7 @@ def test_batch_path_resumes_exactly(packed: dict[str, Path]) -> None:
     expected = [as_lists(b) for b in loader()]
     run = loader()
     iterator = iter(run)
-    consumed = [as_lists(next(iterator)) for _ in range(5)]
+    consumed = [as_lists(next(iterator)) for _ in range(consumed_batches)]
     state = run.state_dict()
     del iterator
     resumed = loader()

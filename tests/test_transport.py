@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import os
 import pickle
 from multiprocessing.reduction import ForkingPickler
@@ -15,6 +16,7 @@ import torch
 
 from loaders import Batch, RaggedBytes, ShardedDataset, ShardedLoader, collate_samples, make_loader
 from loaders import transport as tp
+from loaders.planner import worker_sample_counts
 from loaders.transport import (
     Ring,
     RingBatch,
@@ -166,6 +168,18 @@ def loader(
     )  # fmt: skip
 
 
+def messages(loader: ShardedLoader) -> int:
+    """The ring messages of one epoch: each worker's batches in chunks of ``chunk_batches``."""
+    per_chunk, size = loader.sharded.options.chunk_batches, loader.samples_per_batch
+    counts = worker_sample_counts(len(loader.sharded), loader.num_workers, size)
+    return sum(math.ceil(math.ceil(n / size) / per_chunk) for n in counts)
+
+
+@pytest.fixture
+def one_batch_per_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("loaders.loader.batches_per_chunk", lambda batch_size, expected: 1)
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 @pytest.mark.parametrize(("workers", "persistent"), [(1, True), (2, False), (2, True)])
@@ -186,7 +200,7 @@ def test_batches_through_the_ring_equal_batches_through_the_pipe(
     if persistent:  # one ring for the workers' life, every written slot freed
         (live,) = tp._RINGS.values()
         assert live.counts[:, 0].tolist() == live.counts[:, 1].tolist()
-        assert int(live.counts[:, 0].sum()) == 2 * len(ring)
+        assert int(live.counts[:, 0].sum()) == 2 * messages(ring) > 0
         del live
     del ring
     gc.collect()
@@ -210,7 +224,7 @@ def test_an_abandoned_epoch_frees_its_slots_before_the_next(packed: Path, contex
 
 @pytest.mark.timeout(120)
 def test_a_batch_larger_than_a_slot_falls_back_and_still_equals(
-    packed: Path, monkeypatch: pytest.MonkeyPatch
+    packed: Path, monkeypatch: pytest.MonkeyPatch, one_batch_per_message: None
 ) -> None:
     batches = list(loader(packed, "pipe", 2, False, "fork"))
     sizes = sorted(sum(-(-len(p) // 8) * 8 for p in tp.split_batch(b)[0]) for b in batches)
@@ -242,7 +256,11 @@ def test_no_ring_without_workers_or_for_the_per_sample_path(packed: Path) -> Non
     with_collate = loader(packed, "ring", 1, False, "fork", collate_fn=collate_samples)
     assert [as_lists(b) for b in with_collate]
     assert len(tp._RINGS) == 0
-    assert loader(packed, "auto", 1, False, "fork")._make_ring() is None  # tiny samples: the pipe
+    assert loader(packed, "auto", 1, False, "fork")._make_ring() is not None  # a chunk of many batches
+
+
+def test_auto_sends_small_single_batches_through_the_pipe(packed: Path, one_batch_per_message: None) -> None:
+    assert loader(packed, "auto", 1, False, "fork")._make_ring() is None
 
 
 @pytest.mark.timeout(120)
@@ -253,7 +271,7 @@ def test_auto_takes_the_ring_for_large_batches(tmp_path: Path) -> None:
     assert auto.expected_batch_bytes() >= tp.AUTO_MIN_BATCH_BYTES
     assert [as_lists(b) for b in auto] == [as_lists(b) for b in pipe]
     (live,) = tp._RINGS.values()
-    assert int(live.counts[:, 1].sum()) == len(auto)  # every batch came through the ring
+    assert int(live.counts[:, 1].sum()) == messages(auto)  # every chunk came through the ring
 
 
 def test_make_loader_refuses_an_unknown_transport(packed: Path) -> None:
