@@ -22,8 +22,12 @@ FORMATS = ["tar", "lmdb", "tfrecord"]
 NUM_SAMPLES = 47  # shards of 7,7,7,7,7,7,5 for max_samples=7; 2 shards (40, 7) for max_samples=40
 
 
-def read_epochs(rank: int, world_size: int, paths: dict[str, str]) -> dict[str, Any]:
+def read_epochs(rank: int, world_size: int, paths: dict[str, str], per_chunk: int | None) -> dict[str, Any]:
+    import loaders.loader
     from loaders.sync import validate_dataloader_sync
+
+    if per_chunk is not None:  # batches per worker message, forced (loaders.chunks)
+        loaders.loader.batches_per_chunk = lambda batch_size, expected: per_chunk  # type: ignore[assignment]
 
     out: dict[str, Any] = {}
     for name, path in paths.items():
@@ -48,8 +52,13 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 @pytest.mark.timeout(240)
-def test_three_ranks_two_workers_equal_steps_exactly_once_deterministic(datasets: dict[str, str]) -> None:
-    results = run_ranks(read_epochs, 3, datasets, timeout=200)
+@pytest.mark.parametrize("per_chunk", [None, 1], ids=["chunks-default", "one-batch-per-message"])
+def test_three_ranks_two_workers_equal_steps_exactly_once_deterministic(
+    datasets: dict[str, str], per_chunk: int | None
+) -> None:
+    """With one batch per worker message the ranks get the DataLoader's own order, which the local
+    loader (several batches per message) must reproduce."""
+    results = run_ranks(read_epochs, 3, datasets, per_chunk, timeout=200)
     for name in datasets:
         per_rank = [r[name] for r in results]
         num_batches = [len(epoch) for r in per_rank for epoch in r["epochs"]]
@@ -69,7 +78,8 @@ def test_three_ranks_two_workers_equal_steps_exactly_once_deterministic(datasets
             assert pads == 3 * 16 - NUM_SAMPLES
             orders.append(order)
         assert orders[0] != orders[1]
-        # the same inputs in this (different) process reproduce rank 1's epoch-1 order exactly
+        # the same inputs in this (different) process reproduce rank 1's epoch-1 order exactly, with or
+        # without several batches per message
         local = make_loader(ShardedDataset(datasets[name], seed=11, rank=1, world_size=3), 4, num_workers=2)
         local.set_epoch(1)
         assert [b["__key__"] for b in local] == [keys for keys, _ in per_rank[1]["epochs"][1]]
