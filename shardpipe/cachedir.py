@@ -11,6 +11,9 @@ Layout under the cache root (``v1/`` so a later layout can live beside it)::
 Invariants:
 - Every lock is ``fcntl.flock`` on a file: the kernel drops it when its holder dies, so no lock outlives a
   killed process; its leftover temporary is recognised (nobody holds its fetch lock) and swept.
+- A forked child closes its copies of the descriptors behind the locks held at the fork (by other
+  threads, which do not exist in the child): a flock belongs to the open file, so a copy no one will ever
+  close would hold it for as long as the child lives, and the child would wait on itself for it.
 - The sum of file sizes under ``objects/`` never exceeds the budget: space is claimed only under
   ``budget.lock``, by evicting first and then extending the temporary to the shard's full size.
 - A shard being read is never evicted; a file appears under its final name only after its sha256 matched.
@@ -42,19 +45,48 @@ _temp_numbers = iter(range(1 << 62))
 _temp_lock = threading.Lock()
 
 
+class _Held:
+    """The descriptor of one ``flocked`` call, registered while it is open (see ``_after_fork_in_child``)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+
+_held: set[_Held] = set()
+
+
+def _after_fork_in_child() -> None:
+    """Close the copies of every lock descriptor open at the fork (module doc), and renew the temporary
+    names' lock, which a thread of the parent may have held."""
+    global _temp_lock
+    for held in list(_held):
+        with suppress(OSError):
+            os.close(held.fd)
+    _held.clear()
+    _temp_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 @contextmanager
 def flocked(path: Path, mode: int) -> Iterator[bool]:
     """Hold ``flock(mode)`` on ``path`` (created if missing); yields False if non-blocking and refused."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    held = _Held(os.open(path, os.O_RDWR | os.O_CREAT, 0o644))
+    _held.add(held)
     try:
         try:
-            fcntl.flock(fd, mode)
+            fcntl.flock(held.fd, mode)
         except BlockingIOError:
             yield False
             return
         yield True
     finally:
-        os.close(fd)  # closing the descriptor releases the lock
+        if held in _held:  # not closed by a fork since: closing the descriptor releases the lock
+            _held.discard(held)
+            os.close(held.fd)
 
 
 class CacheDir:

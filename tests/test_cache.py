@@ -284,6 +284,44 @@ def _read_with_inherited_cache(cache: ShardCache, ref: ShardRef, out: Any) -> No
         out.put(hashlib.sha256(path.read_bytes()).hexdigest())
 
 
+def _take_lock(path: Path, out: Any) -> None:
+    with flocked(path, fcntl.LOCK_EX):
+        out.put("taken")
+
+
+@pytest.mark.timeout(60)
+def test_a_child_forked_while_another_thread_holds_a_lock_can_take_it_once_released(tmp_path: Path) -> None:
+    """The child's copy of the holder's descriptor is closed at the fork, so only the parent's release
+    counts: without that the child waits forever on a lock its own inherited copy holds."""
+    path = tmp_path / "shard.fetch"
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with flocked(path, fcntl.LOCK_EX):
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(30)
+    context = mp.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_take_lock, args=(path, out))
+    child.start()  # forked while the holder thread has the lock
+    try:
+        with pytest.raises(queue.Empty):
+            out.get(timeout=0.5)  # the parent still holds it
+        release.set()
+        holder.join(30)
+        assert out.get(timeout=20) == "taken"
+    finally:
+        release.set()
+        child.join(timeout=10)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_a_cache_in_use_crosses_fork_and_spawn(
