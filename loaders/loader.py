@@ -1,8 +1,9 @@
 """``make_loader``: a DataLoader over a ShardedDataset that keeps epochs, steps and resumes honest.
 
 It aligns the workers' shares to whole batches (so ``len(loader)`` is exact and equal on every rank),
-collates raw bytes into one buffer per field and batch (sent inline, see ``loaders.collate``, or through a
-shared-memory ring, see ``loaders.transport``), calls
+collates raw bytes into one buffer per field and batch, sends small batches several to a worker message
+(``loaders.chunks``), inline (``loaders.collate``) or through a shared-memory ring
+(``loaders.transport``), calls
 ``set_epoch`` itself at each new pass when the user never does (the forgotten-``set_epoch`` bug cannot
 silently repeat one order), and saves and restores its position (``state_dict`` / ``load_state_dict``,
 the protocol torchdata's ``StatefulDataLoader`` users know): resumed with the same world size, workers
@@ -49,9 +50,10 @@ class ShardedLoader(DataLoader[Any]):
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
         if dataset.batched:  # the workers build whole batches: the DataLoader only forwards them
             kwargs["collate_fn"] = _forward
-            if kwargs.get("num_workers", 0) > 0:  # several small batches per message (loaders.chunks)
+            per_chunk = 1  # several small batches per worker message (loaders.chunks); none without workers
+            if kwargs.get("num_workers", 0) > 0:
                 per_chunk = batches_per_chunk(batch_size, expected_batch_bytes(dataset, batch_size))
-                dataset = dataset.configured(chunk_batches=per_chunk)
+            dataset = dataset.configured(chunk_batches=per_chunk)
             super().__init__(dataset, batch_size=None, **kwargs)
         else:
             super().__init__(dataset, batch_size=batch_size, **kwargs)

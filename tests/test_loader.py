@@ -150,6 +150,18 @@ def test_batch_path_equals_the_per_sample_path_batch_by_batch(
     assert run() == run(collate_fn=collate_samples)
 
 
+def test_a_loader_without_workers_reads_a_dataset_taken_from_one_with_workers(
+    packed: dict[str, Path],
+) -> None:
+    """``loader.sharded`` of a loader with workers is configured for chunks; a loader without workers
+    sends none, so it must reset that."""
+    dataset = ShardedDataset(packed["tar"], rank=0, world_size=1, seed=5, shuffle_buffer=7)
+    with_workers = make_loader(dataset, 3, 2, persistent_workers=False)
+    assert with_workers.sharded.options.chunk_batches > 1
+    expected = [as_lists(b) for b in make_loader(dataset, 3, 0)]
+    assert [as_lists(b) for b in make_loader(with_workers.sharded, 3, 0)] == expected != []
+
+
 @pytest.mark.parametrize("consumed_batches", [1, 5])
 def test_batch_path_resumes_exactly(
     packed: dict[str, Path], per_chunk: int | None, consumed_batches: int
