@@ -13,6 +13,7 @@ import torch
 from loaders import ShardedDataset, ShardedLoader, collate_samples, make_loader
 from loaders.loader import RESULT_PIPE_BYTES, enlarge_result_pipe
 from tests.datagen import pack_dataset
+from tests.test_dataset import damage
 
 FORMATS = ["tar", "lmdb", "tfrecord"]
 
@@ -160,6 +161,23 @@ def test_a_loader_without_workers_reads_a_dataset_taken_from_one_with_workers(
     assert with_workers.sharded.options.chunk_batches > 1
     expected = [as_lists(b) for b in make_loader(dataset, 3, 0)]
     assert [as_lists(b) for b in make_loader(with_workers.sharded, 3, 0)] == expected != []
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_skipped_samples_are_flagged_and_counted_the_same_on_both_paths(
+    tmp_path: Path, fmt: str, per_chunk: int | None
+) -> None:
+    out = pack_dataset(tmp_path, fmt, 20, max_samples=10)
+    damage(out, fmt)
+
+    def run(**kwargs: Any) -> tuple[list[dict[str, Any]], int]:
+        dataset = ShardedDataset(out, rank=0, world_size=1, seed=1, shuffle_buffer=8, on_error="skip")
+        loader = make_loader(dataset, 3, 2, persistent_workers=False, **kwargs)
+        return [as_lists(b) for b in loader], dataset.num_errors
+
+    batched, errors = run()
+    assert (batched, errors) == run(collate_fn=collate_samples)
+    assert errors == (10 if fmt == "lmdb" else 1) == sum(sum(b["__pad__"]) for b in batched)
 
 
 @pytest.mark.parametrize("consumed_batches", [1, 5])
