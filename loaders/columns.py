@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import cast
 
 import numpy as np
 import torch
 
 from loaders.collate import Batch, RaggedBytes
 from shardpipe.errors import DataError
+from shardpipe.formats import bytecolumn
+from shardpipe.formats.bytecolumn import ByteColumn
 
 Sample = dict[str, object]
 
@@ -28,37 +29,39 @@ class Columns:
 
     names: tuple[str, ...]
     keys: list[str] = field(default_factory=list)
-    fields: dict[str, list[bytes | None]] = field(default_factory=dict)
-    """``None`` where a sample lacks the field (foreign shards); such samples only travel one by one."""
+    fields: dict[str, ByteColumn] = field(default_factory=dict)
+    """One :mod:`~shardpipe.formats.bytecolumn` column per field, null where a sample lacks the field
+    (foreign shards); such samples only travel one by one."""
     pads: list[bool] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name in self.names:
-            self.fields.setdefault(name, [])
+            self.fields.setdefault(name, bytecolumn.column([]))
 
     def __len__(self) -> int:
         return len(self.keys)
 
-    def extend(
-        self, keys: Sequence[str], fields: dict[str, list[bytes | None]], pads: bool | list[bool]
-    ) -> None:
-        self.keys += keys
-        for name in self.names:
-            self.fields[name] += fields[name]
-        self.pads += [pads] * len(keys) if isinstance(pads, bool) else pads
+    @classmethod
+    def concat(cls, names: tuple[str, ...], pieces: Sequence[Columns]) -> Columns:
+        """The samples of ``pieces`` one after another (each field copied once, whatever the count)."""
+        joined = cls(names, [key for piece in pieces for key in piece.keys], {})
+        joined.pads = [pad for piece in pieces for pad in piece.pads]
+        for name in names:
+            joined.fields[name] = bytecolumn.concat([piece.fields[name] for piece in pieces])
+        return joined
 
     def take(self, order: Sequence[int]) -> Columns:
-        """The samples at ``order``, as new columns."""
+        """The samples at ``order``, as new columns (each field gathered in one Arrow ``take``)."""
         keys, pads = self.keys, self.pads
         taken = Columns(self.names, [keys[i] for i in order], {}, [pads[i] for i in order])
         for name in self.names:
-            column = self.fields[name]
-            taken.fields[name] = [column[i] for i in order]
+            taken.fields[name] = bytecolumn.take(self.fields[name], order)
         return taken
 
     def samples(self) -> Iterator[Sample]:
         """One dict per sample, as the per-sample path yields them."""
-        names, fields = self.names, self.fields
+        names = self.names
+        fields = {name: bytecolumn.values(self.fields[name]) for name in names}
         for i, key in enumerate(self.keys):
             sample: Sample = {name: value for name in names if (value := fields[name][i]) is not None}
             sample["__key__"] = key
@@ -72,8 +75,7 @@ def batches(windows: Iterable[Columns], batch_size: int) -> Iterator[Batch]:
     carry: Columns | None = None
     for window in windows:
         if carry is not None and len(carry):
-            carry.extend(window.keys, window.fields, window.pads)
-            window = carry
+            window = Columns.concat(window.names, [carry, window])
         start = 0
         while len(window) - start >= batch_size:
             yield to_batch(window, start, start + batch_size)
@@ -87,13 +89,13 @@ def to_batch(columns: Columns, start: int, stop: int) -> Batch:
     batch = Batch()
     batch["__key__"] = columns.keys[start:stop]
     for name in columns.names:
-        values = columns.fields[name][start:stop]
-        if None in values:
-            key = columns.keys[start + values.index(None)]
+        values = columns.fields[name].slice(start, stop - start)
+        if values.null_count:
+            key = columns.keys[start + values.is_null().index(True).as_py()]
             raise DataError(
                 f"sample {key!r} has no field {name!r}, so its batch cannot hold it as one buffer; read "
                 "this dataset with a collate_fn (make_loader(..., collate_fn=...)) or a transform"
             )
-        batch[name] = RaggedBytes.from_list(cast(list[bytes], values))
+        batch[name] = RaggedBytes(*bytecolumn.ragged(values))
     batch["__pad__"] = torch.from_numpy(np.array(columns.pads[start:stop], dtype=bool))
     return batch

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
@@ -46,7 +47,7 @@ from loaders.source import DatasetSource
 from loaders.world import get_worker, get_world
 from shardpipe.cache import DEFAULT_PREFETCH
 from shardpipe.errors import DataError
-from shardpipe.formats import get_format
+from shardpipe.formats import bytecolumn, get_format
 from shardpipe.manifest import Manifest
 
 log = logging.getLogger("loaders")
@@ -291,7 +292,7 @@ class ShardedDataset(IterableDataset[Sample]):
         if joined is not None:
             pads = [bool(pad) for _, start, stop, pad in runs for _ in range(stop - start)]
             return Columns(self.manifest.fields, joined[0], joined[1], pads)
-        columns = Columns(self.manifest.fields)
+        pieces: list[Columns] = []
         bad: list[int] = []
         first = 0
         while first < len(runs):
@@ -300,22 +301,25 @@ class ShardedDataset(IterableDataset[Sample]):
                 last += 1
             group = runs[first:last]
             try:
-                self._read_group(columns, group)
+                pieces.append(self._read_group(group))
             except DataError:
                 if self.options.on_error == "raise":
                     raise
                 for run in group:  # find the bad samples span by span
-                    self._read_run_skipping(columns, run, bad, worker_index)
+                    self._read_run_skipping(pieces, run, bad, worker_index)
             first = last
+        columns = Columns.concat(self.manifest.fields, pieces)
         if bad:
             _replace_errors(columns, bad, [self.shards[run[0]].path for run in runs])
         return columns
 
-    def _read_group(self, columns: Columns, group: list[list[int]]) -> None:
-        """Append the samples of spans of one shard, all or none."""
+    def _read_group(self, group: list[list[int]]) -> Columns:
+        """The samples of spans of one shard, all or none."""
         shard_index = group[0][0]
         with self._readers.reading(shard_index) as reader:
-            keys, fields = reader.read_runs([(start, stop) for _, start, stop, _ in group], columns.names)
+            keys, fields = reader.read_runs(
+                [(start, stop) for _, start, stop, _ in group], self.manifest.fields
+            )
         expected = sum(stop - start for _, start, stop, _ in group)
         if len(keys) != expected:
             raise DataError(
@@ -323,14 +327,17 @@ class ShardedDataset(IterableDataset[Sample]):
                 "run `shardpipe verify`"
             )
         pads = [bool(pad) for _, start, stop, pad in group for _ in range(stop - start)]
-        columns.extend(keys, fields, pads)
+        return Columns(self.manifest.fields, keys, fields, pads)
 
-    def _read_run_skipping(self, columns: Columns, run: list[int], bad: list[int], worker_index: int) -> None:
-        """Read one span sample range by sample range, leaving a placeholder for each unreadable sample."""
+    def _read_run_skipping(
+        self, pieces: list[Columns], run: list[int], bad: list[int], worker_index: int
+    ) -> None:
+        """Read one span sample range by sample range, leaving a placeholder for each unreadable sample
+        (``bad`` gets its position in the window ``pieces`` make up)."""
         shard_index, start, stop, is_pad = run
         while start < stop:
             try:
-                self._read_group(columns, [[shard_index, start, stop, is_pad]])
+                pieces.append(self._read_group([[shard_index, start, stop, is_pad]]))
                 return
             except DataError as exc:
                 failed = getattr(exc, "sample_index", None)
@@ -339,9 +346,12 @@ class ShardedDataset(IterableDataset[Sample]):
                             self.shards[shard_index].path, exc)  # fmt: skip
                 self._errors[worker_index % MAX_WORKERS] += 1
                 if failed > start:  # the samples ahead of the bad one are good
-                    self._read_group(columns, [[shard_index, start, failed, is_pad]])
-                bad.append(len(columns))
-                columns.extend([""], {name: [b""] for name in columns.names}, True)
+                    pieces.append(self._read_group([[shard_index, start, failed, is_pad]]))
+                bad.append(sum(map(len, pieces)))
+                names = self.manifest.fields
+                pieces.append(
+                    Columns(names, [""], {name: bytecolumn.column([b""]) for name in names}, [True])
+                )
                 start = failed + 1
 
     def _finish(self, sample: Sample) -> Any:
@@ -365,6 +375,8 @@ def _replace_errors(columns: Columns, bad: list[int], paths: list[str]) -> None:
         raise DataError(f"every sample of a read window in {names} is unreadable; run `shardpipe verify`")
     for i in bad:
         columns.keys[i] = columns.keys[good]
-        for name in columns.names:
-            columns.fields[name][i] = columns.fields[name][good]
         columns.pads[i] = True
+    order = np.arange(len(columns))
+    order[bad] = good
+    for name in columns.names:
+        columns.fields[name] = bytecolumn.take(columns.fields[name], order)

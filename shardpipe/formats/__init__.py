@@ -56,9 +56,9 @@ class ShardWriter(Protocol):
         """Release the file after a failure; the caller deletes the partial shard."""
 
 
-ColumnsOut = tuple[list[str], dict[str, list[bytes | None]]]
-"""Samples as columns: their keys, and for each field name the values in the same order (``None`` where a
-sample lacks the field)."""
+ColumnsOut = tuple[list[str], dict[str, Any]]
+"""Samples as columns: their keys, and for each field name its values in the same order as one
+:mod:`~shardpipe.formats.bytecolumn` column (an Arrow binary array, null where a sample lacks the field)."""
 
 
 class RemoteBytes(Protocol):

@@ -24,7 +24,7 @@ import numpy as np
 import xxhash
 
 from shardpipe.errors import DataError
-from shardpipe.formats import Column, ColumnsOut, Fields
+from shardpipe.formats import Column, ColumnsOut, Fields, bytecolumn
 
 VERSION = 2
 VERSIONS = (1, 2)
@@ -166,7 +166,7 @@ def decode(record: bytes | memoryview, *, version: int = VERSION, check: bool = 
 def decode_many(
     records: Sequence[bytes | memoryview], names: Sequence[str], *, version: int, check: bool
 ) -> ColumnsOut:
-    """Decode ``records`` into columns: keys and, for each of ``names``, one list of values (``None``
+    """Decode ``records`` into columns: keys and, for each of ``names``, one column of values (null
     where a record lacks the field), copied out of the records (which may be transient buffers).
 
     Many small records that share the first one's field names (a shard repeats one set) are copied end to
@@ -181,16 +181,16 @@ def decode_many(
         if joined is not None:
             return joined
     keys: list[str] = []
-    fields: dict[str, list[bytes | None]] = {name: [] for name in names}
+    values: dict[str, list[bytes | None]] = {name: [] for name in names}
     for position, record in enumerate(records):
         try:
             key, sample = decode(record, version=version, check=check)
         except FramingError as exc:
             raise RecordError(position, str(exc)) from exc
         keys.append(key)
-        for name, values in fields.items():
-            values.append(sample.get(name))
-    return keys, fields
+        for name, column_values in values.items():
+            column_values.append(sample.get(name))
+    return keys, {name: bytecolumn.column(items) for name, items in values.items()}
 
 
 def _decode_joined(
@@ -199,7 +199,7 @@ def _decode_joined(
     """:func:`decode_many` of the records laid end to end in ``joined`` when every one has the first
     one's field names and passes every check; ``None`` otherwise."""
     if not len(sizes):
-        return [], {name: [] for name in names}
+        return [], {name: bytecolumn.column([]) for name in names}
     view, bounds = memoryview(joined), np.zeros(len(sizes) + 1, dtype=np.int64)
     np.cumsum(sizes, out=bounds[1:])
     starts, tail = bounds[:-1], _CHECKSUM.size if version >= 2 else 0
@@ -235,15 +235,11 @@ def _decode_joined(
     cuts[:, 0] = starts + header
     np.cumsum(lengths.astype(np.int64), axis=1, out=cuts[:, 1:])
     cuts[:, 1:] += cuts[:, :1]
-    try:
-        keys = [
-            str(view[a:b], "utf-8") for a, b in zip(cuts[:, 0].tolist(), cuts[:, 1].tolist(), strict=True)
-        ]
-    except UnicodeDecodeError:
+    keys = bytecolumn.texts(joined, cuts[:, 0], cuts[:, 1])
+    if keys is None:
         return None
-    fields: dict[str, list[bytes | None]] = {name: [None] * len(keys) for name in names}
-    for column, name in enumerate(first, start=1):
-        if name in fields:
-            spans = zip(cuts[:, column].tolist(), cuts[:, column + 1].tolist(), strict=True)
-            fields[name] = [joined[a:b] for a, b in spans]
-    return keys, fields
+    fields = {name: bytecolumn.column([None] * len(keys)) for name in names if name not in first}
+    for at, name in enumerate(first, start=1):
+        if name in names:
+            fields[name] = bytecolumn.gather(joined, cuts[:, at], cuts[:, at + 1])
+    return keys, {name: fields[name] for name in names}

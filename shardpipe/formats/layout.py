@@ -29,7 +29,8 @@ import numpy as np
 import xxhash
 
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats import INDEX_VERSION
+from shardpipe.formats import INDEX_VERSION, ColumnsOut
+from shardpipe.formats.bytecolumn import ByteColumn, gather, texts
 
 INDEX_VERSIONS = (1, 2)
 checksum = xxhash.xxh3_64_intdigest
@@ -329,7 +330,7 @@ def cut_columns(
 def cut_rows(
     view: memoryview, rows: np.ndarray, shift: np.ndarray, ends: np.ndarray, index: ShardIndex,
     names: Sequence[str], verified: bool, locate: Callable[[int], tuple[str, int]],
-) -> tuple[list[str], dict[str, list[bytes | None]]]:  # fmt: skip
+) -> ColumnsOut:  # fmt: skip
     """Keys and field columns of samples whose index ``rows`` (laid out as ``index``'s) lie in ``view``
     at their file offsets plus ``shift``, each ending at ``ends`` in ``view``: what :func:`check_spans`
     and :func:`cut_columns` give run by run, by index arithmetic. ``locate(i)`` names row i's shard and
@@ -339,8 +340,12 @@ def cut_rows(
         shard, sample = locate(i)
         return CorruptShardError(shard, detail, sample_index=sample, offset=offset)
 
-    begin = (rows[:, OFFSET].astype(np.int64) + shift).tolist()
+    def at(column: int) -> np.ndarray:  # a column's offsets in ``view``
+        offsets: np.ndarray = rows[:, column].astype(np.int64) + shift
+        return offsets
+
     if verified and len(rows):
+        begin = at(OFFSET).tolist()
         sums = np.fromiter(
             (checksum(view[a:b]) for a, b in zip(begin, ends.tolist(), strict=True)), np.uint64, len(rows)
         )
@@ -348,11 +353,8 @@ def cut_rows(
         if len(bad):
             i = int(bad[0])
             raise corrupt(i, "sample bytes differ from their checksum", int(rows[i, OFFSET]))
-    key_spans = zip((rows[:, KEY_START].astype(np.int64) + shift).tolist(),
-                    (rows[:, KEY_STOP].astype(np.int64) + shift).tolist(), strict=True)  # fmt: skip
-    try:
-        keys = [str(view[a:b], "utf-8") for a, b in key_spans]
-    except UnicodeDecodeError:
+    keys = texts(view, at(KEY_START), at(KEY_STOP))
+    if keys is None:
         keys = []
         for i, row in enumerate(rows.tolist()):  # the first key that fails, named
             span = view[row[KEY_START] + int(shift[i]) : row[KEY_STOP] + int(shift[i])]
@@ -360,17 +362,11 @@ def cut_rows(
                 keys.append(str(span, "utf-8"))
             except UnicodeDecodeError as exc:
                 raise corrupt(i, f"key is not UTF-8: {exc}") from None
-    fields: dict[str, list[bytes | None]] = {}
+    fields: dict[str, ByteColumn] = {}
     for name in names:
         column = index.first_field + 2 * index.fields.index(name)
         present = rows[:, column] != NO_SPAN
-        a = (rows[:, column].astype(np.int64) + shift).tolist()
-        b = (rows[:, column + 1].astype(np.int64) + shift).tolist()
-        if present.all():
-            fields[name] = [view[x:y].tobytes() for x, y in zip(a, b, strict=True)]
-        else:
-            has = present.tolist()
-            fields[name] = [view[x:y].tobytes() if h else None for x, y, h in zip(a, b, has, strict=True)]
+        fields[name] = gather(view, at(column), at(column + 1), None if present.all() else present)
     return keys, fields
 
 

@@ -21,7 +21,7 @@ from typing import TypeVar, cast
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.formats import ColumnsOut, Fields, Offsets, RemoteBytes, ShardReader
+from shardpipe.formats import ColumnsOut, Fields, Offsets, RemoteBytes, ShardReader, bytecolumn
 from shardpipe.formats.layout import (
     OFFSET,
     Rows,
@@ -139,7 +139,7 @@ class SpanReader:
             else:
                 for _ in self._chunks(start, stop, add):
                     pass
-        return keys, fields
+        return keys, {name: bytecolumn.column(items) for name, items in fields.items()}
 
     def _rows_of(self, runs: Sequence[tuple[int, int]]) -> list[Rows]:
         """Each run's index rows (and the row after its last sample): a slice each, cheaper than one
