@@ -1,10 +1,10 @@
 """A window's samples as columns, and the two ways a worker hands them out: per sample or per batch.
 
-A window is read span by span into columns (keys, one list of bytes per field, pad flags) with no object
-per sample. The per-sample path builds a dict per sample (what decoders and transforms take); the batch
-path, used by ``make_loader`` when fields stay raw bytes, cuts the permuted columns straight into
+A window is read into columns (keys, one Arrow binary column per field, pad flags) and permuted with
+Arrow's ``take``. The per-sample path builds a dict per sample (what decoders and transforms take); the
+batch path, used by ``make_loader`` when fields stay raw bytes, cuts the permuted columns straight into
 ``Batch`` objects (one ``RaggedBytes`` per field), the same batches the DataLoader would have collated
-from the per-sample path, without a dict per sample or a collate call.
+from the per-sample path, without a ``bytes`` or dict per sample or a collate call.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ class Columns:
 
     def __post_init__(self) -> None:
         for name in self.names:
-            self.fields.setdefault(name, bytecolumn.column([]))
+            if name not in self.fields:
+                self.fields[name] = bytecolumn.column([])
 
     def __len__(self) -> int:
         return len(self.keys)

@@ -171,7 +171,7 @@ def decode_many(
 
     Many small records that share the first one's field names (a shard repeats one set) are copied end to
     end into one buffer and their headers checked all at once with array arithmetic, leaving per record
-    only the checksum call and the slicing. Large records, a few, and every record when any differs or
+    only the checksum call; keys and fields are gathered as columns (:mod:`.bytecolumn`). Large records, a few, and every record when any differs or
     fails a check, are decoded one by one by :func:`decode`, which names the fault: a
     :class:`RecordError` carries the position of the damaged record.
     """

@@ -296,7 +296,7 @@ class SpanFormat:
 def read_across(parts: Sequence[Part], names: Sequence[str], buffer: ReadBuffer) -> ColumnsOut | None:
     """The samples of ``parts``, in order, from any of one dataset's shards: every part read end to end
     into ``buffer`` (grown as needed; one ``preadv`` each), then checked and cut together by
-    :func:`cut_rows`, so per sample only the checksum call and the slicing remain, and what a call costs
+    :func:`cut_rows`, so per sample only the checksum call remains (keys and fields are gathered as columns), and what a call costs
     beyond that is paid once for all parts instead of once per shard.
 
     ``None`` (read them another way) when they hold fewer than ``JOINED_MIN_SAMPLES`` samples (the fixed
