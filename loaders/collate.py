@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from shardpipe.formats import bytecolumn
+
 INLINE_TENSOR_BYTES = 1 << 20  # below this a tensor crosses processes inline, above it in shared memory
 
 
@@ -29,9 +31,7 @@ class RaggedBytes:
 
     @classmethod
     def from_list(cls, items: Sequence[bytes]) -> RaggedBytes:
-        offsets = np.zeros(len(items) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, items), dtype=np.int64, count=len(items)), out=offsets[1:])
-        return cls(b"".join(items), offsets)
+        return cls(*bytecolumn.ragged(list(items), 0, len(items)))
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

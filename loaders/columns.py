@@ -1,10 +1,10 @@
 """A window's samples as columns, and the two ways a worker hands them out: per sample or per batch.
 
-A window is read into columns (keys, one Arrow binary column per field, pad flags) and permuted with
-Arrow's ``take``. The per-sample path builds a dict per sample (what decoders and transforms take); the
-batch path, used by ``make_loader`` when fields stay raw bytes, cuts the permuted columns straight into
-``Batch`` objects (one ``RaggedBytes`` per field), the same batches the DataLoader would have collated
-from the per-sample path, without a ``bytes`` or dict per sample or a collate call.
+A window is read into columns (keys, one :mod:`~shardpipe.formats.bytecolumn` column per field, pad
+flags). The per-sample path builds a dict per sample (what decoders and transforms take); the batch path,
+used by ``make_loader`` when fields stay raw bytes, cuts the permuted columns straight into ``Batch``
+objects (one ``RaggedBytes`` per field), the same batches the DataLoader would have collated from the
+per-sample path, without a dict per sample or a collate call.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ class Columns:
     names: tuple[str, ...]
     keys: list[str] = field(default_factory=list)
     fields: dict[str, ByteColumn] = field(default_factory=dict)
-    """One :mod:`~shardpipe.formats.bytecolumn` column per field, null where a sample lacks the field
+    """One :mod:`~shardpipe.formats.bytecolumn` column per field, ``None`` where a sample lacks the field
     (foreign shards); such samples only travel one by one."""
     pads: list[bool] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name in self.names:
             if name not in self.fields:
-                self.fields[name] = bytecolumn.column([])
+                self.fields[name] = []
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -52,7 +52,7 @@ class Columns:
         return joined
 
     def take(self, order: Sequence[int]) -> Columns:
-        """The samples at ``order``, as new columns (each field gathered in one Arrow ``take``)."""
+        """The samples at ``order``, as new columns."""
         keys, pads = self.keys, self.pads
         taken = Columns(self.names, [keys[i] for i in order], {}, [pads[i] for i in order])
         for name in self.names:
@@ -90,13 +90,13 @@ def to_batch(columns: Columns, start: int, stop: int) -> Batch:
     batch = Batch()
     batch["__key__"] = columns.keys[start:stop]
     for name in columns.names:
-        values = columns.fields[name].slice(start, stop - start)
-        if values.null_count:
-            key = columns.keys[start + values.is_null().index(True).as_py()]
+        missing = bytecolumn.first_missing(columns.fields[name], start, stop)
+        if missing is not None:
+            key = columns.keys[missing]
             raise DataError(
                 f"sample {key!r} has no field {name!r}, so its batch cannot hold it as one buffer; read "
                 "this dataset with a collate_fn (make_loader(..., collate_fn=...)) or a transform"
             )
-        batch[name] = RaggedBytes(*bytecolumn.ragged(values))
+        batch[name] = RaggedBytes(*bytecolumn.ragged(columns.fields[name], start, stop))
     batch["__pad__"] = torch.from_numpy(np.array(columns.pads[start:stop], dtype=bool))
     return batch

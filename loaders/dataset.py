@@ -349,9 +349,7 @@ class ShardedDataset(IterableDataset[Sample]):
                     pieces.append(self._read_group([[shard_index, start, failed, is_pad]]))
                 bad.append(sum(map(len, pieces)))
                 names = self.manifest.fields
-                pieces.append(
-                    Columns(names, [""], {name: bytecolumn.column([b""]) for name in names}, [True])
-                )
+                pieces.append(Columns(names, [""], {name: [b""] for name in names}, [True]))
                 start = failed + 1
 
     def _finish(self, sample: Sample) -> Any:

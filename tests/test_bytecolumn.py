@@ -1,4 +1,5 @@
-"""Byte columns: gathered spans, permutations and batches equal what slicing one value at a time gives."""
+"""Byte columns, Arrow arrays and lists alike: gathered spans, permutations, concatenations and batches
+equal what slicing one value at a time gives."""
 
 from __future__ import annotations
 
@@ -6,12 +7,19 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardpipe.formats import bytecolumn
 
 Case = tuple[bytes, np.ndarray, np.ndarray, np.ndarray | None]
+
+
+@pytest.fixture(params=["arrow", "list"])
+def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which column ``gather`` makes: the size rule forced either way."""
+    monkeypatch.setattr(bytecolumn, "ARROW_MAX_MEAN_BYTES", 1 << 30 if request.param == "arrow" else -1)
+    return str(request.param)
 
 
 @st.composite
@@ -29,18 +37,29 @@ def spans_in_a_buffer(draw: st.DrawFn) -> Case:
     return buffer, starts, stops, present if draw(st.booleans()) else None
 
 
-@settings(max_examples=300, deadline=None)
-@given(spans_in_a_buffer())
-def test_gather_gives_each_span_or_null(
-    case: tuple[bytes, np.ndarray, np.ndarray, np.ndarray | None],
-) -> None:
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=spans_in_a_buffer())
+def test_gather_gives_each_span_or_none(kind: str, case: Case) -> None:
     buffer, starts, stops, present = case
     expected = [
         buffer[a:b] if present is None or present[i] else None
         for i, (a, b) in enumerate(zip(starts.tolist(), stops.tolist(), strict=True))
     ]
-    assert bytecolumn.values(bytecolumn.gather(buffer, starts, stops, present)) == expected
-    assert bytecolumn.values(bytecolumn.gather(memoryview(buffer), starts, stops, present)) == expected
+    for source in (buffer, memoryview(buffer)):
+        column = bytecolumn.gather(source, starts, stops, present)
+        assert bytecolumn.values(column) == expected
+        if present is None:  # spans read in order become one Arrow array, unless forced to a list
+            ascending = len(starts) > 0 and bool((starts[1:] >= stops[:-1]).all())
+            assert isinstance(column, list) == (kind == "list" or not ascending)
+
+
+def test_gather_keeps_large_values_as_bytes_and_small_ones_in_arrow() -> None:
+    size = bytecolumn.ARROW_MAX_MEAN_BYTES
+    buffer = bytes(range(256)) * (3 * size // 256)
+    small = bytecolumn.gather(buffer, np.array([0, size]), np.array([size, 2 * size]))
+    large = bytecolumn.gather(buffer, np.array([0, size + 1]), np.array([size + 1, 2 * size + 2]))
+    assert not isinstance(small, list) and isinstance(large, list)
+    assert bytecolumn.values(large) == [buffer[: size + 1], buffer[size + 1 : 2 * size + 2]]
 
 
 def test_gather_refuses_spans_outside_the_buffer() -> None:
@@ -53,28 +72,32 @@ def test_gather_refuses_spans_outside_the_buffer() -> None:
     assert bytecolumn.values(missing) == [b"01", None]
 
 
-def test_texts_decode_utf8_and_refuse_what_is_not() -> None:
+def test_texts_decode_utf8_and_refuse_what_is_not(kind: str) -> None:
     keys = ["a/1", "é/2", "", "日本/3"]
-    raw = b"".join(key.encode() for key in keys)
-    stops = np.cumsum([len(key.encode()) for key in keys])
-    assert bytecolumn.texts(b"xx" + raw, stops - [len(k.encode()) for k in keys] + 2, stops + 2) == keys
+    lengths = np.array([len(key.encode()) for key in keys])
+    stops = np.cumsum(lengths) + 2
+    assert bytecolumn.texts(b"xx" + "".join(keys).encode(), stops - lengths, stops) == keys
     assert bytecolumn.texts(b"ok\xff", np.array([0, 2]), np.array([2, 3])) is None
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(st.one_of(st.none(), st.binary(max_size=20)), max_size=30),
-    st.data(),
-)
-def test_take_concat_and_ragged_agree_with_lists(items: list[bytes | None], data: st.DataObject) -> None:
-    col = bytecolumn.column(items)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(items=st.lists(st.one_of(st.none(), st.binary(max_size=20)), max_size=30), data=st.data())
+def test_take_concat_and_batches_agree_with_lists(
+    kind: str, items: list[bytes | None], data: st.DataObject
+) -> None:
+    lengths = [len(item or b"") for item in items]
+    stops = np.cumsum(lengths, dtype=np.int64)
+    present = np.array([item is not None for item in items], bool)
+    column = bytecolumn.gather(b"".join(item or b"" for item in items), stops - lengths, stops, present)
     order = data.draw(st.lists(st.integers(0, len(items) - 1), max_size=40)) if items else []
-    assert bytecolumn.values(bytecolumn.take(col, order)) == [items[i] for i in order]
-    assert bytecolumn.values(bytecolumn.concat([col, col])) == items + items
+    assert bytecolumn.values(bytecolumn.take(column, order)) == [items[i] for i in order]
+    assert bytecolumn.values(bytecolumn.concat([column, column])) == items + items
+    assert bytecolumn.values(bytecolumn.concat([column, list(items)])) == items + items
     start = data.draw(st.integers(0, len(items)))
     stop = data.draw(st.integers(start, len(items)))
-    present = [item for item in items[start:stop] if item is not None]
-    if len(present) == stop - start:  # a batch: no missing values
-        buffer, offsets = bytecolumn.ragged(col.slice(start, stop - start))
+    missing = next((i for i in range(start, stop) if items[i] is None), None)
+    assert bytecolumn.first_missing(column, start, stop) == missing
+    if missing is None:
+        buffer, offsets = bytecolumn.ragged(column, start, stop)
         assert int(offsets[0]) == 0 and len(offsets) == stop - start + 1
-        assert [buffer[a:b] for a, b in itertools.pairwise(offsets.tolist())] == present
+        assert [buffer[a:b] for a, b in itertools.pairwise(offsets.tolist())] == items[start:stop]

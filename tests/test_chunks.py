@@ -9,13 +9,12 @@ from hypothesis import strategies as st
 from loaders.chunks import CHUNK_SAMPLES, MAX_CHUNK_BYTES, Chunk, batches_per_chunk, chunks, interleave
 from loaders.collate import Batch, RaggedBytes
 from loaders.columns import Columns, batches
-from shardpipe.formats import bytecolumn
 
 
 def worker_columns(worker: int, count: int) -> Columns:
     keys = [f"w{worker}-{i}" for i in range(count)]
     blobs: list[bytes | None] = [bytes([worker]) * ((i * 7 + worker) % 5) for i in range(count)]
-    return Columns(("bin",), keys, {"bin": bytecolumn.column(blobs)}, [i % 3 == 0 for i in range(count)])
+    return Columns(("bin",), keys, {"bin": blobs}, [i % 3 == 0 for i in range(count)])
 
 
 def as_lists(batch: Batch) -> tuple[list[str], list[bytes], list[bool]]:

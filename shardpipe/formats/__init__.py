@@ -58,7 +58,7 @@ class ShardWriter(Protocol):
 
 ColumnsOut = tuple[list[str], dict[str, Any]]
 """Samples as columns: their keys, and for each field name its values in the same order as one
-:mod:`~shardpipe.formats.bytecolumn` column (an Arrow binary array, null where a sample lacks the field)."""
+:mod:`~shardpipe.formats.bytecolumn` column (``None`` where a sample lacks the field)."""
 
 
 class RemoteBytes(Protocol):

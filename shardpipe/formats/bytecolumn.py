@@ -1,11 +1,13 @@
-"""One field's values for many samples as one Arrow binary array: a buffer plus offsets, no object per
-sample.
+"""One field's values for many samples: an Arrow binary array when they are small, a list when large.
 
-Readers cut a window's fields out of the bytes they read by index arithmetic (:func:`gather`); the loaders
-permute and batch those columns with Arrow's ``take`` (a gather in C++), so the batch path never builds a
-``bytes`` per sample, and only the per-sample path turns a column into a list (:func:`values`). A sample
-that lacks the field is a null. Arrays are ``large_binary`` (64-bit offsets), so no column size limits a
-window.
+Readers cut a window's fields out of the bytes they read by index arithmetic (:func:`gather`). Small
+values (1 KiB, say) become one Arrow ``large_binary`` array, a buffer plus offsets: the loaders permute it
+and cut batches from it with Arrow's ``take`` (a gather in C++), so no ``bytes`` exists per sample, whose
+creation, permutation and joining cost more than the bytes' copy. Large values stay one ``bytes`` each:
+there the copies are the cost, and a list is permuted and joined with fewer of them than Arrow's
+immutable arrays (docs/performance.md, "Fields as Arrow columns"). Values that come one by one (slow
+paths, foreign records) are lists too. Every function here takes either; a missing value is ``None`` (a
+null in Arrow).
 
 pyarrow is imported on first use, not with this module: its import starts an allocator thread, and the pack
 stage, which imports the formats and forks its workers, must stay single-threaded.
@@ -19,7 +21,10 @@ from typing import Any, TypeAlias
 import numpy as np
 
 ByteColumn: TypeAlias = Any
-"""A ``pyarrow.LargeBinaryArray`` (pyarrow has no type hints)."""
+"""A ``pyarrow.LargeBinaryArray`` or a ``list[bytes | None]`` (pyarrow has no type hints)."""
+
+ARROW_MAX_MEAN_BYTES = 2048
+""":func:`gather` makes an Arrow array of values at most this long on average, a list of longer ones."""
 
 
 def _arrow() -> Any:
@@ -31,24 +36,25 @@ def _arrow() -> Any:
 def gather(
     buffer: bytes | memoryview, starts: np.ndarray, stops: np.ndarray, present: np.ndarray | None = None
 ) -> ByteColumn:
-    """Values ``buffer[starts[i]:stops[i]]`` (null where ``present`` is false) copied into one column.
+    """Values ``buffer[starts[i]:stops[i]]`` (``None`` where ``present`` is false), copied out.
 
-    Ascending, disjoint spans (a field read in sample order) are gathered in one ``take`` over an array
-    whose elements are the spans and the gaps between them; others are sliced one by one. A span outside
-    ``buffer`` raises ``ValueError``: nothing is ever read past it.
+    Small ascending, disjoint spans (a field read in sample order) are gathered in one ``take`` over an
+    array whose elements are the spans and the gaps between them; others are sliced one by one. A span
+    outside ``buffer`` raises ``ValueError``: nothing is ever read past it.
     """
     if not len(starts):
-        return column([])
+        return []
     starts, stops = starts.astype(np.int64, copy=False), stops.astype(np.int64, copy=False)
     if present is not None and not present.all():  # a missing value: an empty span where the last one ended
         hole = np.concatenate(([0], np.maximum.accumulate(np.where(present, stops, 0))[:-1]))
         starts, stops = np.where(present, starts, hole), np.where(present, stops, hole)
     if int(starts.min()) < 0 or int(stops.max()) > len(buffer) or not (stops >= starts).all():
         raise ValueError(f"spans outside a buffer of {len(buffer):,} bytes")
-    if not (starts[1:] >= stops[:-1]).all():
+    small = int((stops - starts).sum()) <= ARROW_MAX_MEAN_BYTES * len(starts)
+    if not small or not (starts[1:] >= stops[:-1]).all():
         keep = [True] * len(starts) if present is None else present.tolist()
         spans = zip(starts.tolist(), stops.tolist(), keep, strict=True)
-        return column([bytes(buffer[a:b]) if wanted else None for a, b, wanted in spans])
+        return [bytes(buffer[a:b]) if wanted else None for a, b, wanted in spans]
     pa = _arrow()
     bounds = np.empty(2 * len(starts), np.int64)
     bounds[0::2], bounds[1::2] = starts, stops
@@ -61,36 +67,57 @@ def gather(
 def texts(buffer: bytes | memoryview, starts: np.ndarray, stops: np.ndarray) -> list[str] | None:
     """The spans decoded as UTF-8 (keys), or ``None`` when one is not valid UTF-8 (the caller, decoding one
     by one, names it): gathered, checked and decoded in Arrow, no slice per span."""
+    column = gather(buffer, starts, stops)
+    if isinstance(column, list):  # spans out of order, or unusually long
+        try:
+            return [value.decode() for value in column if value is not None]
+        except UnicodeDecodeError:
+            return None
     pa = _arrow()
     try:
-        return list(gather(buffer, starts, stops).cast(pa.large_string()).to_pylist())
+        return list(column.cast(pa.large_string()).to_pylist())
     except pa.ArrowInvalid:
         return None
 
 
-def column(items: Sequence[bytes | None]) -> ByteColumn:
-    """A column of ``items`` (``None`` for a missing field): for values that come one by one."""
-    pa = _arrow()
-    return pa.array(items, pa.large_binary())
-
-
-def values(col: ByteColumn) -> list[bytes | None]:
+def values(column: ByteColumn) -> list[bytes | None]:
     """The column as one ``bytes`` (or ``None``) per sample: what the per-sample path hands out."""
-    return list(col.to_pylist())
+    return column if isinstance(column, list) else list(column.to_pylist())
 
 
 def concat(columns: Sequence[ByteColumn]) -> ByteColumn:
-    return _arrow().concat_arrays(list(columns)) if columns else column([])
+    """The columns one after another: one Arrow array when all are, else a list."""
+    if columns and not any(isinstance(column, list) for column in columns):
+        return _arrow().concat_arrays(list(columns))
+    return [value for column in columns for value in values(column)]
 
 
-def take(col: ByteColumn, order: Sequence[int] | np.ndarray) -> ByteColumn:
-    """The values at ``order``, gathered into a new column."""
-    return col.take(_arrow().array(np.asarray(order, dtype=np.int64)))
+def take(column: ByteColumn, order: Sequence[int] | np.ndarray) -> ByteColumn:
+    """The values at ``order``, as a new column of the same kind."""
+    if isinstance(column, list):
+        return [column[i] for i in (order.tolist() if isinstance(order, np.ndarray) else order)]
+    return column.take(_arrow().array(np.asarray(order, dtype=np.int64)))
 
 
-def ragged(col: ByteColumn) -> tuple[bytes, np.ndarray]:
-    """The column's values end to end, and the ``len + 1`` offsets into them (from 0); no nulls allowed."""
-    offsets = np.frombuffer(col.buffers()[1], np.int64)[col.offset : col.offset + len(col) + 1]
-    first, last = (int(offsets[0]), int(offsets[-1])) if len(offsets) else (0, 0)
-    data = col.buffers()[2]
+def first_missing(column: ByteColumn, start: int, stop: int) -> int | None:
+    """The first position in ``[start, stop)`` whose value is missing, if any."""
+    if isinstance(column, list):
+        part = column[start:stop]
+        return start + part.index(None) if None in part else None
+    part = column.slice(start, stop - start)
+    return start + part.is_null().index(True).as_py() if part.null_count else None
+
+
+def ragged(column: ByteColumn, start: int, stop: int) -> tuple[bytes, np.ndarray]:
+    """Values ``[start, stop)`` end to end, and the ``stop - start + 1`` offsets into them (from 0); none
+    may be missing."""
+    if isinstance(column, list):
+        part = column[start:stop]
+        offsets = np.zeros(len(part) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, part), dtype=np.int64, count=len(part)), out=offsets[1:])
+        return b"".join(part), offsets
+    part = column.slice(start, stop - start)
+    offsets = np.frombuffer(part.buffers()[1], np.int64)[part.offset : part.offset + len(part) + 1]
+    first, last = int(offsets[0]), int(offsets[-1])
+    data = part.buffers()[2]
     return (data[first:last].to_pybytes() if data is not None else b""), offsets - first

@@ -25,6 +25,7 @@ import xxhash
 
 from shardpipe.errors import DataError
 from shardpipe.formats import Column, ColumnsOut, Fields, bytecolumn
+from shardpipe.formats.bytecolumn import ByteColumn
 
 VERSION = 2
 VERSIONS = (1, 2)
@@ -166,14 +167,14 @@ def decode(record: bytes | memoryview, *, version: int = VERSION, check: bool = 
 def decode_many(
     records: Sequence[bytes | memoryview], names: Sequence[str], *, version: int, check: bool
 ) -> ColumnsOut:
-    """Decode ``records`` into columns: keys and, for each of ``names``, one column of values (null
+    """Decode ``records`` into columns: keys and, for each of ``names``, one column of values (``None``
     where a record lacks the field), copied out of the records (which may be transient buffers).
 
     Many small records that share the first one's field names (a shard repeats one set) are copied end to
     end into one buffer and their headers checked all at once with array arithmetic, leaving per record
-    only the checksum call; keys and fields are gathered as columns (:mod:`.bytecolumn`). Large records, a few, and every record when any differs or
-    fails a check, are decoded one by one by :func:`decode`, which names the fault: a
-    :class:`RecordError` carries the position of the damaged record.
+    only the checksum call; keys and fields are gathered as columns (:mod:`.bytecolumn`). Large records, a
+    few, and every record when any differs or fails a check, are decoded one by one by :func:`decode`,
+    which names the fault: a :class:`RecordError` carries the position of the damaged record.
     """
     sizes = np.fromiter(map(len, records), np.int64, len(records))
     if len(records) >= _JOIN_MIN_RECORDS and int(sizes.sum()) <= _JOIN_BYTES * len(records):
@@ -181,16 +182,16 @@ def decode_many(
         if joined is not None:
             return joined
     keys: list[str] = []
-    values: dict[str, list[bytes | None]] = {name: [] for name in names}
+    fields: dict[str, list[bytes | None]] = {name: [] for name in names}
     for position, record in enumerate(records):
         try:
             key, sample = decode(record, version=version, check=check)
         except FramingError as exc:
             raise RecordError(position, str(exc)) from exc
         keys.append(key)
-        for name, column_values in values.items():
-            column_values.append(sample.get(name))
-    return keys, {name: bytecolumn.column(items) for name, items in values.items()}
+        for name, values in fields.items():
+            values.append(sample.get(name))
+    return keys, fields
 
 
 def _decode_joined(
@@ -199,7 +200,7 @@ def _decode_joined(
     """:func:`decode_many` of the records laid end to end in ``joined`` when every one has the first
     one's field names and passes every check; ``None`` otherwise."""
     if not len(sizes):
-        return [], {name: bytecolumn.column([]) for name in names}
+        return [], {name: [] for name in names}
     view, bounds = memoryview(joined), np.zeros(len(sizes) + 1, dtype=np.int64)
     np.cumsum(sizes, out=bounds[1:])
     starts, tail = bounds[:-1], _CHECKSUM.size if version >= 2 else 0
@@ -238,7 +239,7 @@ def _decode_joined(
     keys = bytecolumn.texts(joined, cuts[:, 0], cuts[:, 1])
     if keys is None:
         return None
-    fields = {name: bytecolumn.column([None] * len(keys)) for name in names if name not in first}
+    fields: dict[str, ByteColumn] = {name: [None] * len(keys) for name in names if name not in first}
     for at, name in enumerate(first, start=1):
         if name in names:
             fields[name] = bytecolumn.gather(joined, cuts[:, at], cuts[:, at + 1])

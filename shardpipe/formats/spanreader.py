@@ -21,7 +21,7 @@ from typing import TypeVar, cast
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.formats import ColumnsOut, Fields, Offsets, RemoteBytes, ShardReader, bytecolumn
+from shardpipe.formats import ColumnsOut, Fields, Offsets, RemoteBytes, ShardReader
 from shardpipe.formats.layout import (
     OFFSET,
     Rows,
@@ -139,7 +139,7 @@ class SpanReader:
             else:
                 for _ in self._chunks(start, stop, add):
                     pass
-        return keys, {name: bytecolumn.column(items) for name, items in fields.items()}
+        return keys, fields
 
     def _rows_of(self, runs: Sequence[tuple[int, int]]) -> list[Rows]:
         """Each run's index rows (and the row after its last sample): a slice each, cheaper than one
@@ -296,8 +296,8 @@ class SpanFormat:
 def read_across(parts: Sequence[Part], names: Sequence[str], buffer: ReadBuffer) -> ColumnsOut | None:
     """The samples of ``parts``, in order, from any of one dataset's shards: every part read end to end
     into ``buffer`` (grown as needed; one ``preadv`` each), then checked and cut together by
-    :func:`cut_rows`, so per sample only the checksum call remains (keys and fields are gathered as columns), and what a call costs
-    beyond that is paid once for all parts instead of once per shard.
+    :func:`cut_rows`, so per sample only the checksum call remains (keys and fields are gathered as
+    columns), and what a call costs beyond that is paid once for all parts instead of once per shard.
 
     ``None`` (read them another way) when they hold fewer than ``JOINED_MIN_SAMPLES`` samples (the fixed
     cost of a few dozen numpy calls would dominate) or more than ``JOINED_BYTES`` (large samples go the
