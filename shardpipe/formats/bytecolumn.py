@@ -70,7 +70,7 @@ def texts(buffer: bytes | memoryview, starts: np.ndarray, stops: np.ndarray) -> 
     column = gather(buffer, starts, stops)
     if isinstance(column, list):  # spans out of order, or unusually long
         try:
-            return [value.decode() for value in column if value is not None]
+            return [value.decode() for value in column]
         except UnicodeDecodeError:
             return None
     pa = _arrow()
