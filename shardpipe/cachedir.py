@@ -15,7 +15,8 @@ Invariants:
   threads, which do not exist in the child): a flock belongs to the open file, so a copy no one will ever
   close would hold it for as long as the child lives, and the child would wait on itself for it.
 - The sum of file sizes under ``objects/`` never exceeds the budget: space is claimed only under
-  ``budget.lock``, by evicting first and then extending the temporary to the shard's full size.
+  ``budget.lock``, by evicting first and then extending the temporary to the shard's full size, and a
+  download is renamed into place under it too, so the count taken there never misses a shard.
 - A shard being read is never evicted; a file appears under its final name only after its sha256 matched.
 """
 
@@ -149,9 +150,13 @@ class CacheDir:
             return temp
 
     def publish(self, temp: Path, sha256: str) -> Path:
+        """Rename a checked download into place, under ``budget.lock``: a count of the space taken that
+        listed the temporary and looked at it after the rename would miss the shard, and let the budget
+        be overrun by it."""
         fsync_file(temp)
         final = self.final(sha256)
-        os.replace(temp, final)
+        with flocked(self.root / "budget.lock", fcntl.LOCK_EX):
+            os.replace(temp, final)
         fsync_file(self.objects)
         return final
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import faulthandler
 import fcntl
 import hashlib
@@ -11,6 +10,7 @@ import os
 import queue
 import random
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from shardpipe.cache import ShardCache, ShardRef
-from shardpipe.cachedir import default_cache_dir, flocked, parse_size
+from shardpipe.cachedir import LAYOUT, default_cache_dir, flocked, parse_size
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.storage import RetryPolicy, open_store
 from tests.servers import Faults, S3Server
@@ -40,14 +40,13 @@ def upload_shards(s3: S3Server, root: str, sizes: list[int], seed: int = 0) -> l
 
 
 def folder_bytes(root: Path) -> int:
-    """Bytes of shards and reservations in the cache under ``root``, counted once per shard: a listing
-    is not atomic, and one that runs across a download's rename sees the shard under both names."""
-    sizes: dict[str, int] = {}
-    for path in root.rglob("objects/*"):
-        with contextlib.suppress(FileNotFoundError):
-            sha = path.name.split(".tmp-")[0]
-            sizes[sha] = max(sizes.get(sha, 0), path.stat().st_size)
-    return sum(sizes.values())
+    """Bytes of shards and reservations in the cache under ``root``, listed under the cache's budget lock,
+    where it evicts, reserves and renames downloads into place, so the listing sees one state."""
+    lock = root / LAYOUT / "budget.lock"
+    if not lock.parent.is_dir():
+        return 0
+    with flocked(lock, fcntl.LOCK_EX):
+        return sum(path.stat().st_size for path in root.rglob("objects/*"))
 
 
 def make_cache(s3: S3Server, root: str, tmp_path: Path, **kw: Any) -> ShardCache:
@@ -142,6 +141,38 @@ def test_a_download_damaged_once_is_retried_and_served(s3: S3Server, s3_root: st
     assert len(calls) == 2
 
 
+def test_a_download_renamed_into_place_while_the_budget_is_counted_is_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Space is counted by listing the folder and then looking at each file: a rename in between would
+    hide a shard from the count, and the next reservation would overrun the budget by it. The rename
+    happens under the budget lock, so it waits for the count."""
+    from shardpipe import cachedir
+
+    directory = cachedir.CacheDir(tmp_path, limit=100)
+    first, second = "a" * 64, "b" * 64
+    temp = directory.reserve(first, 60, dict, needed_in=0.0)
+    assert temp is not None
+    real_scandir = os.scandir
+    published = threading.Thread(target=directory.publish, args=(temp, first))
+
+    def scandir_then_publish(path: Any) -> Any:
+        entries = list(real_scandir(path))
+        if sys._getframe(1).f_code.co_name == "usage" and not published.is_alive():
+            published.start()  # between the listing and the look at each file
+            published.join(timeout=0.5)
+        return iter(entries)
+
+    with directory.fetching(first):  # its download is in progress, as the cache holds it
+        monkeypatch.setattr(cachedir.os, "scandir", scandir_then_publish)
+        reserved = directory.reserve(second, 60, dict, needed_in=0.0)
+        published.join()
+        monkeypatch.undo()
+    assert reserved is None  # no room: the first shard's 60 bytes counted, and not evictable mid-publish
+    assert directory.final(first).stat().st_size == 60
+    assert directory.usage() <= 100
+
+
 @pytest.mark.timeout(120)
 def test_a_budget_below_the_dataset_is_never_exceeded_and_still_delivers(
     s3: S3Server, s3_root: str, tmp_path: Path
@@ -152,7 +183,7 @@ def test_a_budget_below_the_dataset_is_never_exceeded_and_still_delivers(
     peak, stop = [0], threading.Event()
 
     def watch() -> None:
-        while not stop.is_set():
+        while not stop.wait(0.001):  # a pause between listings, which hold the cache's budget lock
             peak[0] = max(peak[0], folder_bytes(tmp_path / "cache"))
 
     watcher = threading.Thread(target=watch)
