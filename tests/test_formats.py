@@ -36,6 +36,7 @@ from shardpipe.formats.spanreader import JOINED_BYTES
 from tests.datagen import read_with_webdataset
 
 FORMATS = sorted(all_formats())
+JOIN_BYTES, PIECE_RECORDS = framing._JOIN_BYTES, lmdb_format._PIECE_RECORDS  # the defaults
 Sample = tuple[str, Fields]
 
 _component = st.text(st.characters(categories=["L", "N"], include_characters="_-ü"), min_size=1, max_size=70)
@@ -441,6 +442,27 @@ def test_lmdb_read_past_the_end_is_an_error(tmp_path: Path) -> None:
         list(fmt.read(path, 1, 5))
 
 
+@pytest.mark.parametrize("piece", [1, 3, 256])
+def test_lmdb_a_record_longer_than_the_file_is_named_before_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, piece: int
+) -> None:
+    """A record whose length runs past the file (a damaged length) is refused by its sample, in whichever
+    piece of the walk it lies, before any copy touches it."""
+    fmt, path = get_format("lmdb"), tmp_path / "s.lmdb"
+    samples = some_samples(12)
+    samples[7] = (samples[7][0], {"bin": b"x" * 20_000})
+    write(fmt, path, samples)
+    monkeypatch.setattr(lmdb_format, "_PIECE_RECORDS", piece)
+    with fmt.open_reader(path) as reader:
+        monkeypatch.setattr(reader, "_file_size", 10_000)  # as if sample 7's length were damaged
+        assert listed(reader.read_runs([(0, 7), (8, 12)], ["bin"])) is not None
+        for runs in ([(0, 12)], [(2, 5), (6, 9)], [(9, 12), (5, 8)]):
+            with pytest.raises(CorruptShardError, match=r"s\.lmdb.*sample 7.*record of 20,"):
+                reader.read_runs(runs, ["bin"])
+        with pytest.raises(CorruptShardError, match="sample 7"):
+            list(reader.read(4, 9))
+
+
 @given(st.binary(max_size=64))
 def test_framing_never_crashes_on_garbage(record: bytes) -> None:
     with contextlib.suppress(framing.FramingError):
@@ -511,22 +533,28 @@ def damage_sample(fmt: Format, path: Path, index: ShardIndex, sample: int) -> No
 @given(
     parts=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 24), st.integers(0, 6)), max_size=16),
     damaged=st.one_of(st.none(), st.tuples(st.integers(0, 2), st.integers(0, 24))),
-    joined=st.booleans(),
+    lmdb_path=st.sampled_from(["arrays", "one by one", "views"]),
+    piece=st.integers(1, 9),
 )
-@example(parts=[(1, 3, 5), (0, 0, 0), (2, 20, 4), (1, 9, 2)], damaged=(2, 21), joined=True)
+@example(parts=[(1, 3, 5), (0, 0, 0), (2, 20, 4), (1, 9, 2)], damaged=(2, 21), lmdb_path="arrays", piece=2)
 def test_read_across_agrees_with_reading_shard_by_shard(
     name: str,
     parts: list[tuple[int, int, int]],
     damaged: tuple[int, int] | None,
-    joined: bool,
+    lmdb_path: str,
+    piece: int,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Runs of several shards read together give the columns of reading each run from its own reader, in
-    order, and a damaged sample is named by its shard and position, as its own reader names it."""
+    order, and a damaged sample is named by its shard and position, as its own reader names it. LMDB
+    reads together in each of its ways: records joined a ``piece`` at a time and checked as arrays, or one
+    by one, or left as views (large records), against one by one in pieces of the default size."""
     fmt = get_format(name)
     monkeypatch.setattr(spanreader, "JOINED_MIN_SAMPLES", 1)
     monkeypatch.setattr(spanreader, "JOINED_BYTES", JOINED_BYTES)  # as every example starts
-    monkeypatch.setattr(framing, "_JOIN_MIN_RECORDS", 1 if joined else 1 << 30)  # LMDB: both decode paths
+    monkeypatch.setattr(lmdb_format, "_PIECE_RECORDS", piece)
+    monkeypatch.setattr(framing, "_JOIN_MIN_RECORDS", 1 if lmdb_path == "arrays" else 1 << 30)
+    monkeypatch.setattr(framing, "_JOIN_BYTES", 0 if lmdb_path == "views" else JOIN_BYTES)
     with tempfile.TemporaryDirectory() as tmp:
         paths, indexes = [], []
         for shard in range(3):
@@ -551,6 +579,9 @@ def test_read_across_agrees_with_reading_shard_by_shard(
             except CorruptShardError as exc:
                 across = (exc.shard, exc.sample_index)
             monkeypatch.setattr(spanreader, "JOINED_BYTES", 0)  # tar, TFRecord: the chunked way
+            monkeypatch.setattr(lmdb_format, "_PIECE_RECORDS", PIECE_RECORDS)
+            monkeypatch.setattr(framing, "_JOIN_MIN_RECORDS", 1 << 30)
+            monkeypatch.setattr(framing, "_JOIN_BYTES", JOIN_BYTES)
             keys: list[str] = []
             fields: dict[str, list[bytes | None]] = {"bin": [], "cls": []}
             expected: object = (keys, fields)
@@ -625,8 +656,9 @@ def _decode_each(records: Sequence[bytes], names: Sequence[str]) -> tuple[list[s
 def test_framing_decodes_many_records_as_it_decodes_each(
     samples: list[Sample], one_schema: bool, damage: list[tuple[int, int]]
 ) -> None:
-    """The vectorised path agrees with ``decode`` on every record, damaged ones included: the same
-    columns, or a ``RecordError`` at the same position."""
+    """Every path (joined and checked as arrays, joined and one by one, where they lie; and records that
+    arrive joined) agrees with ``decode`` on every record, damaged ones included: the same columns, or a
+    ``RecordError`` at the same position."""
     if one_schema:  # the common case, a shard of one field set: the fast path
         samples = [(key, {"bin": fields.get("bin", b""), "cls": b"1"}) for key, fields in samples]
     records = [bytearray(framing.encode(key, fields)) for key, fields in samples]
@@ -635,16 +667,24 @@ def test_framing_decodes_many_records_as_it_decodes_each(
             record = records[where % len(records)]
             record[(where // len(records)) % len(record)] = value
     names = ["bin", "cls", "absent"]
-    for fewest in (1, 1 << 30):  # the joined path, then record by record
-        with mock.patch.object(framing, "_JOIN_MIN_RECORDS", fewest):
-            try:
-                expected = _decode_each([bytes(r) for r in records], names)
-            except framing.RecordError as exc:
-                with pytest.raises(framing.RecordError) as raised:
-                    framing.decode_many(records, names, version=2, check=True)
-                assert raised.value.position == exc.position
-            else:
-                assert listed(framing.decode_many(records, names, version=2, check=True)) == expected
+    sizes, joined = list(map(len, records)), b"".join(records)
+    for fewest, join_bytes in ((1, JOIN_BYTES), (1 << 30, JOIN_BYTES), (1, 0)):
+        with (
+            mock.patch.object(framing, "_JOIN_MIN_RECORDS", fewest),
+            mock.patch.object(framing, "_JOIN_BYTES", join_bytes),
+        ):
+            for decoded in (
+                lambda: framing.decode_many(records, names, version=2, check=True),
+                lambda: framing.decode_joined(joined, sizes, names, version=2, check=True),
+            ):
+                try:
+                    expected = _decode_each([bytes(r) for r in records], names)
+                except framing.RecordError as exc:
+                    with pytest.raises(framing.RecordError) as raised:
+                        decoded()
+                    assert raised.value.position == exc.position
+                else:
+                    assert listed(decoded()) == expected
 
 
 @mock.patch.object(framing, "_JOIN_MIN_RECORDS", 1)

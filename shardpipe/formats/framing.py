@@ -17,6 +17,7 @@ the checksum, then slices: a corrupt or hostile record raises :class:`FramingErr
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Mapping, Sequence
 
@@ -35,9 +36,9 @@ _COUNT = struct.Struct("<I")
 _MAX_FIELDS = 4096
 _JOIN_BYTES = 16 << 10
 _JOIN_MIN_RECORDS = 32
-"""``decode_many`` takes the joined path for at least this many records of at most ``_JOIN_BYTES`` each
-on average: fewer do not pay for its fixed cost (a few dozen numpy calls), larger ones are cheaper to
-slice where they lie (docs/performance.md, "Formats")."""
+"""Records of at most ``_JOIN_BYTES`` each on average are worth joining, larger ones are cheaper to slice
+where they lie; joined records are checked as arrays from this many on, fewer do not pay for the fixed
+cost (a few dozen numpy calls; docs/performance.md, "Formats")."""
 _tables: dict[int, struct.Struct] = {}
 _layouts: dict[tuple[str, ...], tuple[list[int], struct.Struct, tuple[int, ...], bytes]] = {}
 _schemas: dict[bytes, tuple[str, ...]] = {}  # name-length table + names -> names; a shard repeats one
@@ -170,17 +171,44 @@ def decode_many(
     """Decode ``records`` into columns: keys and, for each of ``names``, one column of values (``None``
     where a record lacks the field), copied out of the records (which may be transient buffers).
 
-    Many small records that share the first one's field names (a shard repeats one set) are copied end to
-    end into one buffer and their headers checked all at once with array arithmetic, leaving per record
-    only the checksum call; keys and fields are gathered as columns (:mod:`.bytecolumn`). Large records, a
-    few, and every record when any differs or fails a check, are decoded one by one by :func:`decode`,
-    which names the fault: a :class:`RecordError` carries the position of the damaged record.
+    Small records (:func:`worth_joining`) are copied end to end and decoded by :func:`decode_joined`;
+    large ones are decoded one by one by :func:`decode`, which names the fault: a :class:`RecordError`
+    carries the position of the damaged record.
     """
     sizes = np.fromiter(map(len, records), np.int64, len(records))
-    if len(records) >= _JOIN_MIN_RECORDS and int(sizes.sum()) <= _JOIN_BYTES * len(records):
-        joined = _decode_joined(b"".join(records), sizes, names, version=version, check=check)
-        if joined is not None:
-            return joined
+    if worth_joining(len(records), int(sizes.sum())):
+        return decode_joined(b"".join(records), sizes, names, version=version, check=check)
+    return _decode_each(records, names, version=version, check=check)
+
+
+def worth_joining(num_records: int, num_bytes: int) -> bool:
+    """Whether records are decoded faster joined (:func:`decode_joined`) than where they lie."""
+    return num_bytes <= _JOIN_BYTES * num_records
+
+
+def decode_joined(
+    joined: bytes, sizes: Sequence[int] | np.ndarray, names: Sequence[str], *, version: int, check: bool
+) -> ColumnsOut:
+    """:func:`decode_many` of the records of ``sizes`` bytes laid end to end in ``joined``.
+
+    When there are enough of them to pay for it and they share the first one's field names (a shard
+    repeats one set), their headers are checked all at once with array arithmetic, leaving per record only
+    the checksum call, and keys and fields are gathered as columns (:mod:`.bytecolumn`). Otherwise, or
+    when any record fails a check, they are decoded one by one, which names the fault.
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if len(sizes) >= _JOIN_MIN_RECORDS:
+        columns = _decode_joined(joined, sizes, names, version=version, check=check)
+        if columns is not None:
+            return columns
+    bounds, view = [0, *itertools.accumulate(sizes.tolist())], memoryview(joined)
+    records = [view[a:b] for a, b in itertools.pairwise(bounds)]
+    return _decode_each(records, names, version=version, check=check)
+
+
+def _decode_each(
+    records: Sequence[bytes | memoryview], names: Sequence[str], *, version: int, check: bool
+) -> ColumnsOut:
     keys: list[str] = []
     fields: dict[str, list[bytes | None]] = {name: [] for name in names}
     for position, record in enumerate(records):
@@ -197,8 +225,8 @@ def decode_many(
 def _decode_joined(
     joined: bytes, sizes: np.ndarray, names: Sequence[str], *, version: int, check: bool
 ) -> ColumnsOut | None:
-    """:func:`decode_many` of the records laid end to end in ``joined`` when every one has the first
-    one's field names and passes every check; ``None`` otherwise."""
+    """:func:`decode_joined` when every record has the first one's field names and passes every check;
+    ``None`` otherwise."""
     if not len(sizes):
         return [], {name: [] for name in names}
     view, bounds = memoryview(joined), np.zeros(len(sizes) + 1, dtype=np.int64)

@@ -47,6 +47,10 @@ COUNT_KEY = b"__count__"
 VERSION_KEY = b"__shardpipe__"
 _INDEX = struct.Struct(">Q")
 _INITIAL_MAP_SIZE = 1 << 24
+_PIECE_RECORDS = 256
+"""Records a read walks before it joins them. Each is a view, an object the garbage collector tracks: a
+whole window's views held at once set off its collections, and each moves them on towards scans of every
+object in the process (docs/performance.md, "LMDB: a few hundred views at a time")."""
 _CHUNK_BYTES = 1 << 20
 """Bytes of records that trigger a commit. Small, so that a record is still in the CPU cache when LMDB
 copies it into its page and that page when the commit writes it (docs/performance.md, "Formats")."""
@@ -238,31 +242,46 @@ class LmdbReader:
         self._check_runs(runs)
         try:
             with self._env.begin(buffers=True) as txn:
-                for position, record in enumerate(self._records(txn, runs)):
-                    yield self._decode(record, _run_at(runs, position)[1])
+                position = 0
+                for piece, _ in self._pieces(txn, runs):
+                    for record in piece:
+                        yield self._decode(record, _run_at(runs, position)[1])
+                        position += 1
         except lmdb.Error as exc:
             raise CorruptShardError(self._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
 
-    def _records(self, txn: lmdb.Transaction, runs: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
-        """The records of ``runs`` in order: views into the map, valid while ``txn`` lives, none longer
-        than the file (a damaged length must never lead a copy past the file's end)."""
-        shard, records = self._shard, list[bytes | memoryview]()
-        cursor = txn.cursor()
+    def _pieces(
+        self, txn: lmdb.Transaction, runs: Sequence[tuple[int, int]]
+    ) -> Iterator[tuple[list[bytes | memoryview], list[int]]]:
+        """The records of ``runs`` in order, ``_PIECE_RECORDS`` or a few more at a time, and their sizes:
+        views into the map, valid while ``txn`` lives, none longer than the file (a damaged length must
+        never lead a copy past the file's end)."""
+        shard, cursor, piece, position = self._shard, txn.cursor(), list[bytes | memoryview](), 0
         for start, stop in runs:
-            if stop == start:
-                continue
-            if not cursor.set_key(_INDEX.pack(start)):
-                raise CorruptShardError(shard, "no record under this index", sample_index=start)
-            had = len(records)
-            records += islice(cursor.iternext(keys=False, values=True), stop - start)
-            if len(records) - had != stop - start or _small(cursor.key()) != _INDEX.pack(stop - 1):
-                raise CorruptShardError(shard, "records are missing or out of order", sample_index=start)
-        sizes = list(map(len, records))
-        if records and max(sizes) > self._file_size:
-            position = next(i for i, size in enumerate(sizes) if size > self._file_size)
-            detail = f"record of {sizes[position]:,} bytes"
-            raise CorruptShardError(shard, detail, sample_index=_run_at(runs, position)[1])
-        return records
+            for first in range(start, stop, _PIECE_RECORDS):
+                last = min(stop, first + _PIECE_RECORDS)
+                if not cursor.set_key(_INDEX.pack(first)):
+                    raise CorruptShardError(shard, "no record under this index", sample_index=first)
+                had = len(piece)
+                piece += islice(cursor.iternext(keys=False, values=True), last - first)
+                if len(piece) - had != last - first or _small(cursor.key()) != _INDEX.pack(last - 1):
+                    raise CorruptShardError(shard, "records are missing or out of order", sample_index=first)
+                if len(piece) >= _PIECE_RECORDS:
+                    yield piece, self._sizes(piece, runs, position)
+                    position, piece = position + len(piece), []
+        if piece:
+            yield piece, self._sizes(piece, runs, position)
+
+    def _sizes(
+        self, piece: list[bytes | memoryview], runs: Sequence[tuple[int, int]], position: int
+    ) -> list[int]:
+        """The sizes of ``piece``, the records read from ``position`` on; refuses one longer than the file."""
+        sizes = list(map(len, piece))
+        if max(sizes) > self._file_size:
+            at = next(i for i, size in enumerate(sizes) if size > self._file_size)
+            detail = f"record of {sizes[at]:,} bytes"
+            raise CorruptShardError(self._shard, detail, sample_index=_run_at(runs, position + at)[1])
+        return sizes
 
     def _check_runs(self, runs: Sequence[tuple[int, int]]) -> None:
         shard = self._shard
@@ -373,10 +392,16 @@ Part = tuple[LmdbReader, int, int]
 
 
 def _decode_parts(parts: Sequence[Part], names: Sequence[str], *, version: int, check: bool) -> ColumnsOut:
-    """The records of ``parts``, in order, decoded together (:func:`framing.decode_many`): one read
-    transaction per shard, each shard's runs walked once (a shard's parts next to each other), a bad record
-    named by its shard and sample."""
-    records: list[bytes | memoryview] = []
+    """The records of ``parts``, in order, decoded together: one read transaction per shard, each shard's
+    runs walked once (a shard's parts next to each other), a bad record named by its shard and sample.
+
+    Small records are joined a piece at a time as they are walked (:func:`framing.decode_joined`), so only
+    a piece's views live at once; large ones, as the first piece shows them, are decoded where they lie
+    (:func:`framing.decode_many`).
+    """
+    joined: list[bytes] = []
+    sizes: list[int] = []
+    views: list[bytes | memoryview] = []
     with ExitStack() as stack:
         txns: dict[LmdbReader, lmdb.Transaction] = {}
         for reader, group in groupby(parts, key=lambda part: part[0]):
@@ -385,11 +410,18 @@ def _decode_parts(parts: Sequence[Part], names: Sequence[str], *, version: int, 
             try:
                 if reader not in txns:
                     txns[reader] = stack.enter_context(reader._env.begin(buffers=True))
-                records += reader._records(txns[reader], runs)
+                for piece, lengths in reader._pieces(txns[reader], runs):
+                    if views or not (joined or framing.worth_joining(len(piece), sum(lengths))):
+                        views += piece
+                    else:
+                        joined.append(b"".join(piece))
+                        sizes += lengths
             except lmdb.Error as exc:
                 raise CorruptShardError(reader._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
         try:
-            return framing.decode_many(records, names, version=version, check=check)
+            if joined:
+                return framing.decode_joined(b"".join(joined), sizes, names, version=version, check=check)
+            return framing.decode_many(views, names, version=version, check=check)
         except framing.RecordError as exc:
             run, sample = _run_at(((start, stop) for _, start, stop in parts), exc.position)
             raise CorruptShardError(parts[run][0]._shard, str(exc), sample_index=sample) from exc
