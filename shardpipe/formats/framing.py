@@ -187,7 +187,12 @@ def worth_joining(num_records: int, num_bytes: int) -> bool:
 
 
 def decode_joined(
-    joined: bytes, sizes: Sequence[int] | np.ndarray, names: Sequence[str], *, version: int, check: bool
+    joined: bytes | memoryview,
+    sizes: Sequence[int] | np.ndarray,
+    names: Sequence[str],
+    *,
+    version: int,
+    check: bool,
 ) -> ColumnsOut:
     """:func:`decode_many` of the records of ``sizes`` bytes laid end to end in ``joined``.
 
@@ -223,7 +228,7 @@ def _decode_each(
 
 
 def _decode_joined(
-    joined: bytes, sizes: np.ndarray, names: Sequence[str], *, version: int, check: bool
+    joined: bytes | memoryview, sizes: np.ndarray, names: Sequence[str], *, version: int, check: bool
 ) -> ColumnsOut | None:
     """:func:`decode_joined` when every record has the first one's field names and passes every check;
     ``None`` otherwise."""

@@ -42,6 +42,7 @@ from shardpipe.formats.layout import (
     ShardIndex,
     fixed_columns,
 )
+from shardpipe.formats.spanreader import ReadBuffer
 
 COUNT_KEY = b"__count__"
 VERSION_KEY = b"__shardpipe__"
@@ -228,6 +229,7 @@ class LmdbReader:
         self.num_samples = int(count)
         self._version = int(version)
         self._check = check
+        self._buffer = ReadBuffer()
 
     def read(self, start: int, stop: int) -> Iterator[tuple[str, Fields]]:
         yield from self._read([(start, stop)])
@@ -236,7 +238,7 @@ class LmdbReader:
         """Every run through one read transaction, and the records decoded together
         (:func:`_decode_parts`): a window reads hundreds of runs of a few samples."""
         parts = [(self, start, stop) for start, stop in runs]
-        return _decode_parts(parts, names, version=self._version, check=self._check)
+        return _decode_parts(parts, names, self._buffer, version=self._version, check=self._check)
 
     def _read(self, runs: Sequence[tuple[int, int]]) -> Iterator[tuple[str, Fields]]:
         self._check_runs(runs)
@@ -371,7 +373,7 @@ class LmdbFormat:
             yield from reader.read(start, stop)
 
     def read_across(
-        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], buffer: object = None
+        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], buffer: ReadBuffer
     ) -> ColumnsOut | None:
         """One read transaction per shard and every record decoded together (:func:`_decode_parts`);
         ``None`` for no parts, or shards of different framing versions or checks."""
@@ -380,7 +382,7 @@ class LmdbFormat:
         if len(kinds) != 1:
             return None
         version, check = kinds.pop()
-        return _decode_parts(ours, names, version=version, check=check)
+        return _decode_parts(ours, names, buffer, version=version, check=check)
 
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         with LmdbReader(path) as reader:
@@ -391,16 +393,18 @@ Part = tuple[LmdbReader, int, int]
 """Samples ``[start, stop)`` of the shard a reader has open."""
 
 
-def _decode_parts(parts: Sequence[Part], names: Sequence[str], *, version: int, check: bool) -> ColumnsOut:
+def _decode_parts(
+    parts: Sequence[Part], names: Sequence[str], buffer: ReadBuffer, *, version: int, check: bool
+) -> ColumnsOut:
     """The records of ``parts``, in order, decoded together: one read transaction per shard, each shard's
     runs walked once (a shard's parts next to each other), a bad record named by its shard and sample.
 
-    Small records are joined a piece at a time as they are walked (:func:`framing.decode_joined`), so only
-    a piece's views live at once; large ones, as the first piece shows them, are decoded where they lie
-    (:func:`framing.decode_many`).
+    Small records are copied into ``buffer`` a piece at a time as they are walked, and decoded there
+    (:func:`framing.decode_joined`), so only a piece's views live at once and the window's bytes land in
+    memory already used (a fresh buffer per window costs a page fault per 4 KiB). Large ones, as the first
+    piece shows them, are decoded where they lie (:func:`framing.decode_many`).
     """
-    joined: list[bytes] = []
-    sizes: list[int] = []
+    joined, sizes, end = buffer.view(0), list[int](), 0
     views: list[bytes | memoryview] = []
     with ExitStack() as stack:
         txns: dict[LmdbReader, lmdb.Transaction] = {}
@@ -411,16 +415,18 @@ def _decode_parts(parts: Sequence[Part], names: Sequence[str], *, version: int, 
                 if reader not in txns:
                     txns[reader] = stack.enter_context(reader._env.begin(buffers=True))
                 for piece, lengths in reader._pieces(txns[reader], runs):
-                    if views or not (joined or framing.worth_joining(len(piece), sum(lengths))):
+                    if views or not (sizes or framing.worth_joining(len(piece), sum(lengths))):
                         views += piece
-                    else:
-                        joined.append(b"".join(piece))
-                        sizes += lengths
+                        continue
+                    start, end = end, end + sum(lengths)
+                    joined = buffer.view(end, keep=start)
+                    joined[start:end] = b"".join(piece)
+                    sizes += lengths
             except lmdb.Error as exc:
                 raise CorruptShardError(reader._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
         try:
-            if joined:
-                return framing.decode_joined(b"".join(joined), sizes, names, version=version, check=check)
+            if sizes:
+                return framing.decode_joined(joined, sizes, names, version=version, check=check)
             return framing.decode_many(views, names, version=version, check=check)
         except framing.RecordError as exc:
             run, sample = _run_at(((start, stop) for _, start, stop in parts), exc.position)

@@ -56,10 +56,13 @@ class ReadBuffer:
     def __init__(self) -> None:
         self._data = bytearray()
 
-    def view(self, size: int) -> memoryview:
-        """The first ``size`` bytes; a larger buffer replaces the old one (views of it stay valid)."""
+    def view(self, size: int, *, keep: int = 0) -> memoryview:
+        """The first ``size`` bytes; a larger buffer replaces the old one (views of it stay valid). A
+        buffer filled piece by piece passes the bytes written so far as ``keep``: they are copied over,
+        and the buffer at least doubles, so the copies cost no more than the pieces."""
         if size > len(self._data):
-            self._data = bytearray(size)
+            old, self._data = self._data, bytearray(max(size, 2 * keep))
+            self._data[:keep] = old[:keep]
         return memoryview(self._data)[:size]
 
 
