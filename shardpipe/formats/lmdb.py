@@ -415,10 +415,11 @@ def _decode_parts(
                 if reader not in txns:
                     txns[reader] = stack.enter_context(reader._env.begin(buffers=True))
                 for piece, lengths in reader._pieces(txns[reader], runs):
-                    if views or not (sizes or framing.worth_joining(len(piece), sum(lengths))):
+                    size = sum(lengths)
+                    if views or not (sizes or framing.worth_joining(len(piece), size)):
                         views += piece
                         continue
-                    start, end = end, end + sum(lengths)
+                    start, end = end, end + size
                     joined = buffer.view(end, keep=start)
                     joined[start:end] = b"".join(piece)
                     sizes += lengths
