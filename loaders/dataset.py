@@ -274,24 +274,24 @@ class ShardedDataset(IterableDataset[Sample]):
             if skip >= size:
                 skip -= size
                 continue
-            columns = self._read_window(window, worker_index)
-            yield columns.take(window.permutation()[skip:].tolist())
+            yield self._read_window(window, window.permutation()[skip:], worker_index)
             skip = 0
 
-    def _read_window(self, window: Window, worker_index: int) -> Columns:
-        """The window's samples in read order: all its shards read together when the format can
-        (``Format.read_across``), else one reader call per run of spans in the same shard; with
-        on_error='skip' a bad sample becomes a flagged copy of a good one."""
+    def _read_window(self, window: Window, order: np.ndarray, worker_index: int) -> Columns:
+        """The window's samples at ``order`` (positions in read order): all its shards read together and
+        cut out in that order when the format can (``Format.read_across``), else one reader call per run
+        of spans in the same shard, then reordered; with on_error='skip' a bad sample becomes a flagged
+        copy of a good one."""
         runs = window.runs
         try:
-            joined = self._readers.read_window(runs, self.manifest.fields)
+            joined = self._readers.read_window(runs, self.manifest.fields, order)
         except DataError:
             if self.options.on_error == "raise":
                 raise
             joined = None  # shard by shard below, which finds the bad samples
         if joined is not None:
-            pads = [bool(pad) for _, start, stop, pad in runs for _ in range(stop - start)]
-            return Columns(self.manifest.fields, joined[0], joined[1], pads)
+            pads = np.repeat([bool(run[3]) for run in runs], [stop - start for _, start, stop, _ in runs])
+            return Columns(self.manifest.fields, joined[0], joined[1], pads[order].tolist())
         pieces: list[Columns] = []
         bad: list[int] = []
         first = 0
@@ -311,7 +311,7 @@ class ShardedDataset(IterableDataset[Sample]):
         columns = Columns.concat(self.manifest.fields, pieces)
         if bad:
             _replace_errors(columns, bad, [self.shards[run[0]].path for run in runs])
-        return columns
+        return columns.take(order.tolist())
 
     def _read_group(self, group: list[list[int]]) -> Columns:
         """The samples of spans of one shard, all or none."""

@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
+
 from loaders.source import DatasetSource
 from shardpipe.formats import ColumnsOut, Format, ShardReader
 from shardpipe.formats.layout import ShardIndex
@@ -56,18 +58,20 @@ class ShardReaders:
             return
         yield self._kept(shard_index)
 
-    def read_window(self, runs: Sequence[Sequence[int]], names: Sequence[str]) -> ColumnsOut | None:
-        """The samples of ``runs`` (``[shard, start, stop, ...]``) in order, read and cut together across
-        shards (``Format.read_across``); ``None`` where that cannot be done (readers that live for one
-        read, more shards than stay open, shards the format cannot take together): read shard by shard
-        then."""
+    def read_window(
+        self, runs: Sequence[Sequence[int]], names: Sequence[str], order: np.ndarray | None = None
+    ) -> ColumnsOut | None:
+        """The samples of ``runs`` (``[shard, start, stop, ...]``) at ``order`` (positions in read order;
+        all in turn when ``None``), read and cut together across shards (``Format.read_across``); ``None``
+        where that cannot be done (readers that live for one read, more shards than stay open, shards the
+        format cannot take together): read shard by shard then."""
         self._drop_inherited()
         shards = dict.fromkeys(run[0] for run in runs)
         if self._per_read or len(shards) > MAX_OPEN_SHARDS:
             return None
         readers = {shard: self._kept(shard) for shard in shards}
         parts = [(readers[run[0]], run[1], run[2]) for run in runs]
-        return self._format.read_across(parts, names, self._window_buffer)
+        return self._format.read_across(parts, names, self._window_buffer, order)
 
     @property
     def _per_read(self) -> bool:

@@ -53,6 +53,25 @@ def test_gather_gives_each_span_or_none(kind: str, case: Case) -> None:
             assert isinstance(column, list) == (kind == "list" or not ascending)
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=spans_in_a_buffer(), data=st.data())
+def test_gather_in_an_order_picks_the_values_in_that_order(
+    kind: str, case: Case, data: st.DataObject
+) -> None:
+    """A window is shuffled by the gather that cuts it: any order of any subset of its spans (a resumed
+    window skips its first picks), keys and missing values included."""
+    buffer, starts, stops, present = case
+    picks = data.draw(st.permutations(range(len(starts))))
+    order = np.array(picks[: data.draw(st.integers(0, len(picks)))], np.int64)
+    every = bytecolumn.values(bytecolumn.gather(buffer, starts, stops, present))
+    assert bytecolumn.values(bytecolumn.gather(buffer, starts, stops, present, order)) == [
+        every[i] for i in order.tolist()
+    ]
+    texts = bytecolumn.texts(buffer, starts, stops)
+    if texts is not None:
+        assert bytecolumn.texts(buffer, starts, stops, order) == [texts[i] for i in order.tolist()]
+
+
 def test_gather_keeps_large_values_as_bytes_and_small_ones_in_arrow() -> None:
     size = bytecolumn.ARROW_MAX_MEAN_BYTES
     buffer = bytes(range(256)) * (3 * size // 256)

@@ -551,20 +551,29 @@ def damage_sample(fmt: Format, path: Path, index: ShardIndex, sample: int) -> No
     damaged=st.one_of(st.none(), st.tuples(st.integers(0, 2), st.integers(0, 24))),
     lmdb_path=st.sampled_from(["arrays", "one by one", "views"]),
     piece=st.integers(1, 9),
+    shuffle=st.one_of(st.none(), st.integers(0, 1 << 16)),
 )
-@example(parts=[(1, 3, 5), (0, 0, 0), (2, 20, 4), (1, 9, 2)], damaged=(2, 21), lmdb_path="arrays", piece=2)
+@example(
+    parts=[(1, 3, 5), (0, 0, 0), (2, 20, 4), (1, 9, 2)],
+    damaged=(2, 21),
+    lmdb_path="arrays",
+    piece=2,
+    shuffle=7,
+)
 def test_read_across_agrees_with_reading_shard_by_shard(
     name: str,
     parts: list[tuple[int, int, int]],
     damaged: tuple[int, int] | None,
     lmdb_path: str,
     piece: int,
+    shuffle: int | None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Runs of several shards read together give the columns of reading each run from its own reader, in
-    order, and a damaged sample is named by its shard and position, as its own reader names it. LMDB
-    reads together in each of its ways: records joined a ``piece`` at a time and checked as arrays, or one
-    by one, or left as views (large records), against one by one in pieces of the default size."""
+    order, or picked in a shuffled ``order`` (a subset, as a resumed window takes), and a damaged sample
+    is named by its shard and position, as its own reader names it. LMDB reads together in each of its
+    ways: records joined a ``piece`` at a time and checked as arrays, or one by one, or left as views
+    (large records), against one by one in pieces of the default size."""
     fmt = get_format(name)
     monkeypatch.setattr(spanreader, "JOINED_MIN_SAMPLES", 1)
     monkeypatch.setattr(spanreader, "JOINED_BYTES", JOINED_BYTES)  # as every example starts
@@ -582,6 +591,11 @@ def test_read_across_agrees_with_reading_shard_by_shard(
         if damaged is not None:
             damage_sample(fmt, paths[damaged[0]], indexes[damaged[0]], damaged[1])
         parts = [(shard, start, min(start + count, 25)) for shard, start, count in parts]
+        order = None
+        if shuffle is not None:
+            rng = np.random.default_rng(shuffle)
+            order = rng.permutation(sum(stop - start for _, start, stop in parts))
+            order = order[rng.integers(0, len(order) + 1) :]
         readers = [fmt.open_reader(p, i) for p, i in zip(paths, indexes, strict=True)]
         try:
             buffer = spanreader.ReadBuffer()
@@ -593,6 +607,7 @@ def test_read_across_agrees_with_reading_shard_by_shard(
                         [(readers[shard], start, stop) for shard, start, stop in parts],
                         ["bin", "cls"],
                         buffer,
+                        order,
                     )
                 )
             except CorruptShardError as exc:
@@ -603,7 +618,7 @@ def test_read_across_agrees_with_reading_shard_by_shard(
             monkeypatch.setattr(framing, "_JOIN_BYTES", JOIN_BYTES)
             keys: list[str] = []
             fields: dict[str, list[bytes | None]] = {"bin": [], "cls": []}
-            expected: object = (keys, fields)
+            expected: object
             for shard, start, stop in parts:
                 try:
                     got_keys, got_fields = listed(readers[shard].read_runs([(start, stop)], ["bin", "cls"]))
@@ -613,6 +628,8 @@ def test_read_across_agrees_with_reading_shard_by_shard(
                 keys += got_keys
                 for field in fields:
                     fields[field] += got_fields[field]
+            else:
+                expected = listed(bytecolumn.in_order((keys, fields), order))
         finally:
             for reader in readers:
                 reader.close()

@@ -127,12 +127,18 @@ class Format(Protocol):
         opened for one span. Prefer :meth:`open_reader` to read many spans."""
 
     def read_across(
-        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], buffer: ReadBuffer
+        self,
+        parts: Sequence[tuple[ShardReader, int, int]],
+        names: Sequence[str],
+        buffer: ReadBuffer,
+        order: np.ndarray | None = None,
     ) -> ColumnsOut | None:
-        """The samples ``[start, stop)`` of each part, in order, from several shards of one dataset (readers
-        this format opened, kept open), read and checked together as one read_runs call does, with the cost
-        of a call paid once for all of them; ``buffer`` is reused between calls. ``None`` when they must be
-        read reader by reader (``read_runs``).
+        """The samples ``[start, stop)`` of each part from several shards of one dataset (readers this
+        format opened, kept open), read and checked together as one read_runs call does, with the cost of
+        a call paid once for all of them; ``buffer`` is reused between calls. They come in ``order``
+        (positions among the samples in read order, a subset allowed; all in turn when ``None``): a
+        window's shuffle applied by the copy that cuts the samples out. ``None`` when they must be read
+        reader by reader (``read_runs``).
 
         Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
         """

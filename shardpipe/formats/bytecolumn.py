@@ -20,6 +20,8 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
+from shardpipe.formats import ColumnsOut
+
 ByteColumn: TypeAlias = Any
 """A ``pyarrow.LargeBinaryArray`` or a ``list[bytes | None]`` (pyarrow has no type hints)."""
 
@@ -34,13 +36,19 @@ def _arrow() -> Any:
 
 
 def gather(
-    buffer: bytes | memoryview, starts: np.ndarray, stops: np.ndarray, present: np.ndarray | None = None
+    buffer: bytes | memoryview,
+    starts: np.ndarray,
+    stops: np.ndarray,
+    present: np.ndarray | None = None,
+    order: np.ndarray | None = None,
 ) -> ByteColumn:
-    """Values ``buffer[starts[i]:stops[i]]`` (``None`` where ``present`` is false), copied out.
+    """Values ``buffer[starts[i]:stops[i]]`` (``None`` where ``present`` is false) for i in ``order`` (all,
+    in turn, when ``None``), copied out.
 
     Small ascending, disjoint spans (a field read in sample order) are gathered in one ``take`` over an
-    array whose elements are the spans and the gaps between them; others are sliced one by one. A span
-    outside ``buffer`` raises ``ValueError``: nothing is ever read past it.
+    array whose elements are the spans and the gaps between them, picking them in ``order``: a window is
+    shuffled by the copy that cuts it, not by a second one. Others are sliced one by one. A span outside
+    ``buffer`` raises ``ValueError``: nothing is ever read past it.
     """
     if not len(starts):
         return []
@@ -52,22 +60,27 @@ def gather(
         raise ValueError(f"spans outside a buffer of {len(buffer):,} bytes")
     small = int((stops - starts).sum()) <= ARROW_MAX_MEAN_BYTES * len(starts)
     if not small or not (starts[1:] >= stops[:-1]).all():
-        keep = [True] * len(starts) if present is None else present.tolist()
-        spans = zip(starts.tolist(), stops.tolist(), keep, strict=True)
+        keep = np.ones(len(starts), bool) if present is None else present
+        if order is not None:
+            starts, stops, keep = starts[order], stops[order], keep[order]
+        spans = zip(starts.tolist(), stops.tolist(), keep.tolist(), strict=True)
         return [bytes(buffer[a:b]) if wanted else None for a, b, wanted in spans]
     pa = _arrow()
     bounds = np.empty(2 * len(starts), np.int64)
     bounds[0::2], bounds[1::2] = starts, stops
     pieces = [None, pa.py_buffer(bounds), pa.py_buffer(buffer)]
     tiled = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(bounds) - 1, pieces)
-    picks = pa.array(np.arange(0, len(bounds), 2), mask=None if present is None else ~present)
-    return tiled.take(picks)
+    picks = np.arange(len(starts)) if order is None else np.asarray(order, np.int64)
+    return tiled.take(pa.array(2 * picks, mask=None if present is None else ~present[picks]))
 
 
-def texts(buffer: bytes | memoryview, starts: np.ndarray, stops: np.ndarray) -> list[str] | None:
-    """The spans decoded as UTF-8 (keys), or ``None`` when one is not valid UTF-8 (the caller, decoding one
-    by one, names it): gathered, checked and decoded in Arrow, no slice per span."""
-    column = gather(buffer, starts, stops)
+def texts(
+    buffer: bytes | memoryview, starts: np.ndarray, stops: np.ndarray, order: np.ndarray | None = None
+) -> list[str] | None:
+    """The spans decoded as UTF-8 (keys), in ``order`` as :func:`gather` takes it, or ``None`` when one is
+    not valid UTF-8 (the caller, decoding one by one, names it): gathered, checked and decoded in Arrow, no
+    slice per span."""
+    column = gather(buffer, starts, stops, order=order)
     if isinstance(column, list):  # spans out of order, or unusually long
         try:
             return [value.decode() for value in column]
@@ -97,6 +110,15 @@ def take(column: ByteColumn, order: Sequence[int] | np.ndarray) -> ByteColumn:
     if isinstance(column, list):
         return [column[i] for i in (order.tolist() if isinstance(order, np.ndarray) else order)]
     return column.take(_arrow().array(np.asarray(order, dtype=np.int64)))
+
+
+def in_order(columns: ColumnsOut, order: np.ndarray | None) -> ColumnsOut:
+    """Keys and fields at ``order`` (as they are for ``None``): for reads that cannot pick as they copy."""
+    if order is None:
+        return columns
+    keys, fields = columns
+    picks = order.tolist()
+    return [keys[i] for i in picks], {name: take(column, picks) for name, column in fields.items()}
 
 
 def first_missing(column: ByteColumn, start: int, stop: int) -> int | None:

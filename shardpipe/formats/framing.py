@@ -166,10 +166,16 @@ def decode(record: bytes | memoryview, *, version: int = VERSION, check: bool = 
 
 
 def decode_many(
-    records: Sequence[bytes | memoryview], names: Sequence[str], *, version: int, check: bool
+    records: Sequence[bytes | memoryview],
+    names: Sequence[str],
+    *,
+    version: int,
+    check: bool,
+    order: np.ndarray | None = None,
 ) -> ColumnsOut:
     """Decode ``records`` into columns: keys and, for each of ``names``, one column of values (``None``
-    where a record lacks the field), copied out of the records (which may be transient buffers).
+    where a record lacks the field), copied out of the records (which may be transient buffers), in
+    ``order`` (positions among the records; all in turn when ``None``).
 
     Small records (:func:`worth_joining`) are copied end to end and decoded by :func:`decode_joined`;
     large ones are decoded one by one by :func:`decode`, which names the fault: a :class:`RecordError`
@@ -177,8 +183,8 @@ def decode_many(
     """
     sizes = np.fromiter(map(len, records), np.int64, len(records))
     if worth_joining(len(records), int(sizes.sum())):
-        return decode_joined(b"".join(records), sizes, names, version=version, check=check)
-    return _decode_each(records, names, version=version, check=check)
+        return decode_joined(b"".join(records), sizes, names, version=version, check=check, order=order)
+    return bytecolumn.in_order(_decode_each(records, names, version=version, check=check), order)
 
 
 def worth_joining(num_records: int, num_bytes: int) -> bool:
@@ -193,6 +199,7 @@ def decode_joined(
     *,
     version: int,
     check: bool,
+    order: np.ndarray | None = None,
 ) -> ColumnsOut:
     """:func:`decode_many` of the records of ``sizes`` bytes laid end to end in ``joined``.
 
@@ -203,12 +210,12 @@ def decode_joined(
     """
     sizes = np.asarray(sizes, dtype=np.int64)
     if len(sizes) >= _JOIN_MIN_RECORDS:
-        columns = _decode_joined(joined, sizes, names, version=version, check=check)
+        columns = _decode_joined(joined, sizes, names, version=version, check=check, order=order)
         if columns is not None:
             return columns
     bounds, view = [0, *itertools.accumulate(sizes.tolist())], memoryview(joined)
     records = [view[a:b] for a, b in itertools.pairwise(bounds)]
-    return _decode_each(records, names, version=version, check=check)
+    return bytecolumn.in_order(_decode_each(records, names, version=version, check=check), order)
 
 
 def _decode_each(
@@ -228,7 +235,13 @@ def _decode_each(
 
 
 def _decode_joined(
-    joined: bytes | memoryview, sizes: np.ndarray, names: Sequence[str], *, version: int, check: bool
+    joined: bytes | memoryview,
+    sizes: np.ndarray,
+    names: Sequence[str],
+    *,
+    version: int,
+    check: bool,
+    order: np.ndarray | None,
 ) -> ColumnsOut | None:
     """:func:`decode_joined` when every record has the first one's field names and passes every check;
     ``None`` otherwise."""
@@ -269,11 +282,11 @@ def _decode_joined(
     cuts[:, 0] = starts + header
     np.cumsum(lengths.astype(np.int64), axis=1, out=cuts[:, 1:])
     cuts[:, 1:] += cuts[:, :1]
-    keys = bytecolumn.texts(joined, cuts[:, 0], cuts[:, 1])
+    keys = bytecolumn.texts(joined, cuts[:, 0], cuts[:, 1], order)
     if keys is None:
         return None
     fields: dict[str, ByteColumn] = {name: [None] * len(keys) for name in names if name not in first}
     for at, name in enumerate(first, start=1):
         if name in names:
-            fields[name] = bytecolumn.gather(joined, cuts[:, at], cuts[:, at + 1])
+            fields[name] = bytecolumn.gather(joined, cuts[:, at], cuts[:, at + 1], order=order)
     return keys, {name: fields[name] for name in names}

@@ -330,11 +330,12 @@ def cut_columns(
 def cut_rows(
     view: memoryview, rows: np.ndarray, shift: np.ndarray, ends: np.ndarray, index: ShardIndex,
     names: Sequence[str], verified: bool, locate: Callable[[int], tuple[str, int]],
+    order: np.ndarray | None = None,
 ) -> ColumnsOut:  # fmt: skip
     """Keys and field columns of samples whose index ``rows`` (laid out as ``index``'s) lie in ``view``
     at their file offsets plus ``shift``, each ending at ``ends`` in ``view``: what :func:`check_spans`
-    and :func:`cut_columns` give run by run, by index arithmetic. ``locate(i)`` names row i's shard and
-    sample for an error."""
+    and :func:`cut_columns` give run by run, by index arithmetic, in ``order`` (positions among
+    ``rows``; all in turn when ``None``). ``locate(i)`` names row i's shard and sample for an error."""
 
     def corrupt(i: int, detail: str, offset: int | None = None) -> CorruptShardError:
         shard, sample = locate(i)
@@ -353,7 +354,7 @@ def cut_rows(
         if len(bad):
             i = int(bad[0])
             raise corrupt(i, "sample bytes differ from their checksum", int(rows[i, OFFSET]))
-    keys = texts(view, at(KEY_START), at(KEY_STOP))
+    keys = texts(view, at(KEY_START), at(KEY_STOP), order)
     if keys is None:
         keys = []
         for i, row in enumerate(rows.tolist()):  # the first key that fails, named
@@ -362,11 +363,12 @@ def cut_rows(
                 keys.append(str(span, "utf-8"))
             except UnicodeDecodeError as exc:
                 raise corrupt(i, f"key is not UTF-8: {exc}") from None
+        keys = keys if order is None else [keys[i] for i in order.tolist()]
     fields: dict[str, ByteColumn] = {}
     for name in names:
         column = index.first_field + 2 * index.fields.index(name)
         present = rows[:, column] != NO_SPAN
-        fields[name] = gather(view, at(column), at(column + 1), None if present.all() else present)
+        fields[name] = gather(view, at(column), at(column + 1), None if present.all() else present, order)
     return keys, fields
 
 

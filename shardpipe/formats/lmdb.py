@@ -373,7 +373,11 @@ class LmdbFormat:
             yield from reader.read(start, stop)
 
     def read_across(
-        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], buffer: ReadBuffer
+        self,
+        parts: Sequence[tuple[ShardReader, int, int]],
+        names: Sequence[str],
+        buffer: ReadBuffer,
+        order: np.ndarray | None = None,
     ) -> ColumnsOut | None:
         """One read transaction per shard and every record decoded together (:func:`_decode_parts`);
         ``None`` for no parts, or shards of different framing versions or checks."""
@@ -382,7 +386,7 @@ class LmdbFormat:
         if len(kinds) != 1:
             return None
         version, check = kinds.pop()
-        return _decode_parts(ours, names, buffer, version=version, check=check)
+        return _decode_parts(ours, names, buffer, version=version, check=check, order=order)
 
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         with LmdbReader(path) as reader:
@@ -394,10 +398,17 @@ Part = tuple[LmdbReader, int, int]
 
 
 def _decode_parts(
-    parts: Sequence[Part], names: Sequence[str], buffer: ReadBuffer, *, version: int, check: bool
+    parts: Sequence[Part],
+    names: Sequence[str],
+    buffer: ReadBuffer,
+    *,
+    version: int,
+    check: bool,
+    order: np.ndarray | None = None,
 ) -> ColumnsOut:
-    """The records of ``parts``, in order, decoded together: one read transaction per shard, each shard's
-    runs walked once (a shard's parts next to each other), a bad record named by its shard and sample.
+    """The records of ``parts`` decoded together, in ``order`` (as ``read_across`` takes it): one read
+    transaction per shard, each shard's runs walked once (a shard's parts next to each other), a bad
+    record named by its shard and sample.
 
     Small records are copied into ``buffer`` a piece at a time as they are walked, and decoded there
     (:func:`framing.decode_joined`), so only a piece's views live at once and the window's bytes land in
@@ -427,8 +438,8 @@ def _decode_parts(
                 raise CorruptShardError(reader._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
         try:
             if sizes:
-                return framing.decode_joined(joined, sizes, names, version=version, check=check)
-            return framing.decode_many(views, names, version=version, check=check)
+                return framing.decode_joined(joined, sizes, names, version=version, check=check, order=order)
+            return framing.decode_many(views, names, version=version, check=check, order=order)
         except framing.RecordError as exc:
             run, sample = _run_at(((start, stop) for _, start, stop in parts), exc.position)
             raise CorruptShardError(parts[run][0]._shard, str(exc), sample_index=sample) from exc

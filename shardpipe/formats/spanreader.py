@@ -291,16 +291,23 @@ class SpanFormat:
     """What the formats read by byte offset share (their ``Format`` classes derive from it)."""
 
     def read_across(
-        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], buffer: ReadBuffer
+        self,
+        parts: Sequence[tuple[ShardReader, int, int]],
+        names: Sequence[str],
+        buffer: ReadBuffer,
+        order: np.ndarray | None = None,
     ) -> ColumnsOut | None:
-        return read_across(cast(Sequence[Part], parts), names, buffer)
+        return read_across(cast(Sequence[Part], parts), names, buffer, order)
 
 
-def read_across(parts: Sequence[Part], names: Sequence[str], buffer: ReadBuffer) -> ColumnsOut | None:
-    """The samples of ``parts``, in order, from any of one dataset's shards: every part read end to end
-    into ``buffer`` (grown as needed; one ``preadv`` each), then checked and cut together by
-    :func:`cut_rows`, so per sample only the checksum call remains (keys and fields are gathered as
-    columns), and what a call costs beyond that is paid once for all parts instead of once per shard.
+def read_across(
+    parts: Sequence[Part], names: Sequence[str], buffer: ReadBuffer, order: np.ndarray | None = None
+) -> ColumnsOut | None:
+    """The samples of ``parts`` from any of one dataset's shards, in ``order`` (positions in read order;
+    all in turn when ``None``): every part read end to end into ``buffer`` (grown as needed; one
+    ``preadv`` each), then checked and cut together by :func:`cut_rows`, so per sample only the checksum
+    call remains (keys and fields are gathered as columns), and what a call costs beyond that is paid
+    once for all parts instead of once per shard.
 
     ``None`` (read them another way) when they hold fewer than ``JOINED_MIN_SAMPLES`` samples (the fixed
     cost of a few dozen numpy calls would dominate) or more than ``JOINED_BYTES`` (large samples go the
@@ -355,7 +362,7 @@ def read_across(parts: Sequence[Part], names: Sequence[str], buffer: ReadBuffer)
         reader, start, _ = parts[run]
         return reader._shard, start + i - int(firsts[run])
 
-    return cut_rows(view, table, shift, ends, indexes[first], names, first._verified, locate)
+    return cut_rows(view, table, shift, ends, indexes[first], names, first._verified, locate, order)
 
 
 def _layout(reader: SpanReader) -> tuple[object, ...]:
