@@ -2,8 +2,9 @@
 
 Each (rank, worker) reads the windows ``loaders.planner.plan_windows`` gives it, so every rank yields
 exactly ``len(dataset)`` samples and the order depends only on (manifest, world size, workers, seed,
-epoch). A window is read span by span, then yielded in its seeded permutation: one window of samples is
-held per worker. A resumed pass skips the samples consumed before the save without reading them.
+epoch). A window's spans are read, then yielded in its seeded permutation (cut out of the read buffer in
+that order where the format can): one window of samples is held per worker. A resumed pass skips the
+samples consumed before the save without reading them.
 
 The epoch and the resume point live in ``loaders.position.Position`` (shared memory), so ``set_epoch``
 reaches DataLoader workers whether they are persistent or not, under fork and spawn.

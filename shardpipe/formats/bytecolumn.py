@@ -1,13 +1,13 @@
 """One field's values for many samples: an Arrow binary array when they are small, a list when large.
 
-Readers cut a window's fields out of the bytes they read by index arithmetic (:func:`gather`). Small
-values (1 KiB, say) become one Arrow ``large_binary`` array, a buffer plus offsets: the loaders permute it
-and cut batches from it with Arrow's ``take`` (a gather in C++), so no ``bytes`` exists per sample, whose
-creation, permutation and joining cost more than the bytes' copy. Large values stay one ``bytes`` each:
-there the copies are the cost, and a list is permuted and joined with fewer of them than Arrow's
-immutable arrays (docs/performance.md, "Fields as Arrow columns"). Values that come one by one (slow
-paths, foreign records) are lists too. Every function here takes either; a missing value is ``None`` (a
-null in Arrow).
+Readers cut a window's fields out of the bytes they read by index arithmetic (:func:`gather`), picking
+them in the window's shuffled order. Small values (1 KiB, say) become one Arrow ``large_binary`` array, a
+buffer plus offsets, copied with Arrow's ``take`` (a gather in C++); the loaders cut batches from it, so
+no ``bytes`` exists per sample, whose creation, permutation and joining cost more than the bytes' copy.
+Large values stay one ``bytes`` each: there the copies are the cost, and a list is permuted and joined
+with fewer of them than Arrow's immutable arrays (docs/performance.md, "Fields as Arrow columns"). Values
+that come one by one (slow paths, foreign records) are lists too. Every function here takes either; a
+missing value is ``None`` (a null in Arrow).
 
 pyarrow is imported on first use, not with this module: its import starts an allocator thread, and the pack
 stage, which imports the formats and forks its workers, must stay single-threaded.
