@@ -25,8 +25,9 @@ from typing import Any, NamedTuple
 
 from loaders.collate import Batch, RaggedBytes
 
-CHUNK_SAMPLES = 512
-"""A worker sends about this many samples per message when its batches are smaller (docs/performance.md)."""
+CHUNK_SAMPLES = 1024
+"""A worker sends about this many samples per message when its batches are smaller: a default window
+(docs/performance.md, "Several batches per message")."""
 MAX_CHUNK_BYTES = 4 << 20  # and no more bytes than this, as the manifest predicts them
 
 
