@@ -53,11 +53,8 @@ class Columns:
 
     def take(self, order: Sequence[int]) -> Columns:
         """The samples at ``order``, as new columns."""
-        keys, pads = self.keys, self.pads
-        taken = Columns(self.names, [keys[i] for i in order], {}, [pads[i] for i in order])
-        for name in self.names:
-            taken.fields[name] = bytecolumn.take(self.fields[name], order)
-        return taken
+        keys, fields = bytecolumn.in_order((self.keys, self.fields), order)
+        return Columns(self.names, keys, fields, [self.pads[i] for i in order])
 
     def samples(self) -> Iterator[Sample]:
         """One dict per sample, as the per-sample path yields them."""

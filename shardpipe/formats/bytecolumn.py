@@ -112,12 +112,12 @@ def take(column: ByteColumn, order: Sequence[int] | np.ndarray) -> ByteColumn:
     return column.take(_arrow().array(np.asarray(order, dtype=np.int64)))
 
 
-def in_order(columns: ColumnsOut, order: np.ndarray | None) -> ColumnsOut:
+def in_order(columns: ColumnsOut, order: Sequence[int] | np.ndarray | None) -> ColumnsOut:
     """Keys and fields at ``order`` (as they are for ``None``): for reads that cannot pick as they copy."""
     if order is None:
         return columns
     keys, fields = columns
-    picks = order.tolist()
+    picks = order.tolist() if isinstance(order, np.ndarray) else order
     return [keys[i] for i in picks], {name: take(column, picks) for name, column in fields.items()}
 
 

@@ -184,7 +184,7 @@ def decode_many(
     sizes = np.fromiter(map(len, records), np.int64, len(records))
     if worth_joining(len(records), int(sizes.sum())):
         return decode_joined(b"".join(records), sizes, names, version=version, check=check, order=order)
-    return bytecolumn.in_order(_decode_each(records, names, version=version, check=check), order)
+    return _decode_each(records, names, version=version, check=check, order=order)
 
 
 def worth_joining(num_records: int, num_bytes: int) -> bool:
@@ -215,12 +215,18 @@ def decode_joined(
             return columns
     bounds, view = [0, *itertools.accumulate(sizes.tolist())], memoryview(joined)
     records = [view[a:b] for a, b in itertools.pairwise(bounds)]
-    return bytecolumn.in_order(_decode_each(records, names, version=version, check=check), order)
+    return _decode_each(records, names, version=version, check=check, order=order)
 
 
 def _decode_each(
-    records: Sequence[bytes | memoryview], names: Sequence[str], *, version: int, check: bool
+    records: Sequence[bytes | memoryview],
+    names: Sequence[str],
+    *,
+    version: int,
+    check: bool,
+    order: np.ndarray | None = None,
 ) -> ColumnsOut:
+    """Every record decoded in turn (a fault names its position in ``records``), then put in ``order``."""
     keys: list[str] = []
     fields: dict[str, list[bytes | None]] = {name: [] for name in names}
     for position, record in enumerate(records):
@@ -231,7 +237,7 @@ def _decode_each(
         keys.append(key)
         for name, values in fields.items():
             values.append(sample.get(name))
-    return keys, fields
+    return bytecolumn.in_order((keys, fields), order)
 
 
 def _decode_joined(
