@@ -8,6 +8,7 @@ all contenders alike. See ``bench.run`` for the warm-up and measurement rules, `
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from dataclasses import asdict
@@ -16,8 +17,9 @@ from typing import Any
 
 import torch
 
-from bench import contenders, data, report, system
+from bench import contenders, data, remote_io, report, system
 from bench.compute import BusyStep, make_step
+from bench.remote import loopback_s3, upload_dataset
 from bench.run import run_once, summarize
 
 # (warmup, steps) per profile: the window must fit in one epoch of the profile's data.
@@ -63,8 +65,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.checks:
         names += [n for n in contenders.CHECK_OFF if n not in names]
     if args.remote:
-        from bench import remote_io
-
         names = list(remote_io.NAMES)
         contenders.BUILDERS.update(dict.fromkeys(names, contenders.BUILDERS["shardpipe-tar"]))  # see _remote
         if args.profile == "both":
@@ -165,11 +165,6 @@ def _remote(
     steps: int, profile_name: str,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """The ``--remote`` group: interleaved repeats over the loopback S3 server, bytes fetched per run."""
-    import shutil
-
-    from bench import remote_io
-    from bench.remote import loopback_s3, upload_dataset
-
     bandwidth = args.bandwidth_mb * 1e6 if args.bandwidth_mb > 0 else None
     cache_root = args.out / "remote-cache"
     shutil.rmtree(cache_root, ignore_errors=True)

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from shardpipe.formats import FORMAT_NAMES, Format, get_format
+from bench.data import PROFILES, prepare
+from loaders import ShardedDataset, make_loader
+from shardpipe.formats import FORMAT_NAMES, get_format
+from shardpipe.formats.base import Format
 from shardpipe.formats.layout import ShardIndex
 
 SIZES = {"1KiB": 1024, "64KiB": 65536}
@@ -67,9 +71,6 @@ def read_all(
 def loader_epoch(root: Path, check: bool, workers: int, seed: int) -> tuple[float, float, int]:
     """One epoch through ``make_loader`` (batch 64): wall seconds, CPU seconds of this process and its
     workers (which exit at the epoch's end), samples."""
-    import resource
-
-    from loaders import ShardedDataset, make_loader
 
     def cpu() -> float:
         own, workers_ = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -86,8 +87,6 @@ def loader_epoch(root: Path, check: bool, workers: int, seed: int) -> tuple[floa
 
 def loader_table(repeats: int, workers: int, cache: Path) -> None:
     """The end-to-end cost: whole epochs of ``make bench-io``'s datasets, checks on and off interleaved."""
-    from bench.data import PROFILES, prepare
-
     print(
         f"\n# check cost through make_loader, {workers} workers, batch 64, whole epochs, warm cache; median "
         f"of {repeats} interleaved epochs; CPU = this process and its workers"

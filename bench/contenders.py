@@ -22,7 +22,7 @@ from bench import lmdb_loop
 from bench.data import Dataset as BenchData
 from bench.data import label_of
 from loaders import ShardedDataset, collate_samples, make_loader
-from loaders.transport import Transport
+from loaders.transfer.transport import Transport
 
 NAMES = (
     "raw-files",
@@ -36,7 +36,8 @@ NAMES = (
 CHECK_OFF = ("shardpipe-tar-nocheck", "shardpipe-lmdb-nocheck", "shardpipe-tfrecord-nocheck")
 """Opt-in contenders (``--checks``): the same readers with per-sample checks off, to price the checks."""
 VARIANTS = ("shardpipe-tar-pipe", "shardpipe-tar-ring")
-"""Run only when named in ``--contenders``: shardpipe-tar with its transport forced (loaders.transport)."""
+"""Run only when named in ``--contenders``: shardpipe-tar with its transport forced
+(``loaders.transfer.transport``)."""
 SHUFFLE_BUFFER = 1024  # samples, for every contender that has a buffer (shardpipe's default)
 SEED = 0
 

@@ -18,6 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+import shardpipe
+from bench import lmdb_loop
+from shardpipe.manifest import load_manifest
+
 DATA_VERSION = 1
 FORMATS = ("tar", "lmdb", "tfrecord")
 NUM_CLASSES = 10
@@ -75,8 +79,6 @@ class Dataset:
 
     def shard_files(self, format_name: str, *, with_index: bool = False) -> list[Path]:
         """The shard files of one format in manifest order (and their offset indexes, if asked)."""
-        from shardpipe.manifest import load_manifest
-
         root = self.packed(format_name)
         paths: list[Path] = []
         for entry in load_manifest(root).split_shards("train"):
@@ -141,8 +143,6 @@ def prepare(profile: Profile, cache: Path, *, workers: int = 2, log: bool = True
 def _ensure_lmdb_loop(dataset: Dataset, *, log: bool) -> None:
     """Write the lmdb-loop copy from the file tree unless a finished one is there (it depends on the files
     only, not on shardpipe's packer, so a repack keeps it)."""
-    from bench import lmdb_loop
-
     done = dataset.lmdb_loop / "done.json"
     if done.exists():
         return
@@ -157,8 +157,6 @@ def _ensure_lmdb_loop(dataset: Dataset, *, log: bool) -> None:
 
 def packer_fingerprint() -> str:
     """Hash of shardpipe's source: packed copies are stale when the code that wrote them changed."""
-    import shardpipe
-
     digest = hashlib.sha256()
     for path in sorted(Path(shardpipe.__file__).parent.rglob("*.py")):
         digest.update(path.name.encode() + path.read_bytes())

@@ -14,7 +14,7 @@ which cancels the machine's drift between rounds, and always like with like (:fu
   measures the packers, not the disk. Outputs go to the same file system; ``os.sync()`` runs (untimed)
   before every run so one contender's write-back does not land in the next one's time.
 * ``shardpipe pack`` runs as the CLI in a subprocess (start-up included, as a user sees it), and as
-  ``shardpipe.pack.pack`` in-process, the pack time alone (shown, not judged). It fsyncs each shard
+  ``shardpipe.pack`` in-process, the pack time alone (shown, not judged). It fsyncs each shard
   before publishing it (its crash safety); ``tar cf`` and ``ShardWriter`` do not, so that cost counts
   against shardpipe. The ``tar cf + fsync`` row shows what that durability costs tar itself.
 * ``ShardWriter`` runs twice (:mod:`bench.shardwriter_pack`): as a script in its own process, start-up
@@ -47,6 +47,8 @@ import numpy as np
 
 from bench.shardwriter_pack import pack_tree
 from bench.system import hardware, versions
+from shardpipe import PackOptions, RayExecutor, pack
+from shardpipe.packing.engine import init_worker
 
 DATA_VERSION = 1
 NUM_CLASSES = 10
@@ -145,8 +147,6 @@ def _cli(fmt: str, workers: int, max_samples: int) -> Callable[[Path, Path], Non
 
 
 def _in_process(fmt: str, workers: int, max_samples: int) -> Callable[[Path, Path], None]:
-    from shardpipe.pack import PackOptions, pack
-
     options = PackOptions(format=fmt, max_samples=max_samples, max_bytes=None, workers=workers)
 
     def run(tree: Path, out: Path) -> None:
@@ -163,9 +163,6 @@ ENGINES: list[Any] = []  # executors started for contenders; shut down when the 
 def _on_ray(workers: int, max_samples: int) -> Callable[[Path, Path], None]:
     """``pack()`` with the Ray engine; Ray is started once, before timing (its start-up is reported by
     ``python -m bench.ray_pack``, which also measures the per-task cost and the listing rate)."""
-    from shardpipe.pack import PackOptions, init_worker, pack
-    from shardpipe.ray_engine import RayExecutor
-
     executor = RayExecutor(max_workers=workers, initializer=init_worker)
     ENGINES.append(executor)
     options = PackOptions(format="tar", max_samples=max_samples, max_bytes=None, workers=workers)

@@ -37,11 +37,15 @@ from bench.pack_bench import ROOT, Profile, build_tree, warm
 from bench.system import hardware, versions
 from shardpipe.formats import get_format
 from shardpipe.manifest import ShardEntry
-from shardpipe.pack import PackOptions, init_worker
-from shardpipe.plan import plan_jobs
+from shardpipe.packing import PackOptions
+from shardpipe.packing.engine import init_worker
+from shardpipe.packing.plan import plan_jobs
+from shardpipe.packing.ray_engine import RayExecutor
+from shardpipe.packing.write import write_shard
 from shardpipe.process_settings import pausing_gc
 from shardpipe.sources import scan_source
-from shardpipe.write import write_shard
+from shardpipe.storage import open_store
+from testkit.ray_cluster import free_port, head_args, session_processes, start_node, stop_nodes, token_auth
 
 FORMAT = "tar"
 NOOP_TASKS = 400
@@ -52,7 +56,8 @@ def pack_on(executor: Executor, tree: Path, out: Path, options: PackOptions) -> 
     scan = scan_source(tree, pool=executor)
     jobs = plan_jobs(scan.table, get_format(options.format).suffix, options)
     out.mkdir(parents=True)
-    return [f.result() for f in [executor.submit(write_shard, job, out, options.format) for job in jobs]]
+    store = open_store(out)
+    return [f.result() for f in [executor.submit(write_shard, job, store, options.format) for job in jobs]]
 
 
 def descendants_memory() -> dict[str, float]:
@@ -86,8 +91,6 @@ def listing_rate(executor: Executor | None, tree: Path) -> float:
 @contextmanager
 def executors(workers: int) -> Iterator[tuple[dict[str, Executor], dict[str, Any]]]:
     """Both executors, started (and timed) once; the Ray one is a local Ray it starts itself."""
-    from shardpipe.ray_engine import RayExecutor
-
     started: dict[str, Any] = {}
     start = time.perf_counter()
     pool = ProcessPoolExecutor(max_workers=workers, initializer=init_worker)
@@ -157,14 +160,10 @@ def time_pack(
 
 def cluster_start() -> dict[str, Any]:
     """A head and a second node on 127.0.0.1 (the tests' settings): start times and memory per node."""
-    from tests.ray_cluster import session_processes, start_node, stop_nodes, token_auth
-
     result: dict[str, Any] = {}
     with token_auth():
         nodes = []
         try:
-            from tests.ray_cluster import free_port, head_args
-
             port = free_port()
             for label, args in (("head", head_args(port)), ("second", [f"--address=127.0.0.1:{port}"])):
                 start = time.perf_counter()
@@ -228,8 +227,6 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     if not args.no_cluster:
         costs.update({f"cluster {k}": v for k, v in cluster_start().items()})
-    from tests.ray_cluster import token_auth
-
     with token_auth(), executors(args.workers) as (engines, start_costs):
         costs.update(start_costs)
         for name, executor in engines.items():

@@ -1,6 +1,6 @@
 """A loopback S3 server with per-request latency and a bandwidth cap, for ``make bench-io ARGS="--remote"``.
 
-``loopback_s3()`` starts moto's S3 on 127.0.0.1 (the same server the tests use, ``tests.servers``) in a
+``loopback_s3()`` starts moto's S3 on 127.0.0.1 (the same server the tests use, ``testkit.servers``) in a
 process of its own, makes a bucket and yields where it is; ``upload_dataset`` copies a packed dataset
 folder into it. The server counts requests and response bytes, so a benchmark can report the bytes fetched
 per epoch (with a cache that fits, each shard once per node). ``python -m bench.remote --quick`` reads a
@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from shardpipe.cache import ShardCache, ShardRef
+from loaders.cache.shard_cache import ShardCache, ShardRef
 from shardpipe.storage import open_store
-from tests.servers import CONTROL_PATH, Faults, S3Server
+from testkit.servers import CONTROL_PATH, Faults, S3Server
 
 DEFAULT_LATENCY_S = 0.020
 #: Per response, bytes per second; None for no cap.

@@ -25,7 +25,7 @@ from bench import contenders
 from bench.contenders import LoaderSettings
 from bench.data import Dataset as BenchData
 from bench.remote import Endpoint
-from loaders import ShardedDataset, make_loader
+from loaders import RemoteOptions, ShardedDataset, make_loader
 
 NAMES = ("local-tar-cold", "local-tar-warm", "s3-tar-cold", "s3-tar-warm", "webdataset-http")
 COLD = {"local-tar-cold"}
@@ -40,9 +40,12 @@ def register(endpoint: Endpoint, cache_root: Path, data: BenchData) -> None:
     def s3(cache_dir: Callable[[], Path]) -> Callable[[BenchData, LoaderSettings], Iterable[Any]]:
         def build(_: BenchData, s: LoaderSettings) -> Iterable[Any]:
             dataset = ShardedDataset(
-                endpoint.root, shuffle=True, seed=contenders.SEED, shuffle_buffer=contenders.SHUFFLE_BUFFER,
-                storage_options=endpoint.storage_options, cache_dir=cache_dir(),
-            )  # fmt: skip
+                endpoint.root,
+                shuffle=True,
+                seed=contenders.SEED,
+                shuffle_buffer=contenders.SHUFFLE_BUFFER,
+                remote=RemoteOptions(storage_options=endpoint.storage_options, cache_dir=cache_dir()),
+            )
             return _loader(dataset, s)
 
         return build

@@ -29,9 +29,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from loaders import ShardedDataset, make_loader
-from loaders.metrics import DistributedMetrics
+from loaders.distributed.metrics import DistributedMetrics
+from loaders.distributed.sync import validate_dataloader_sync
 from loaders.monitor import InputMonitor
-from loaders.sync import validate_dataloader_sync
 
 NUM_PIXELS = 64  # 8 x 8 grayscale
 

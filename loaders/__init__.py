@@ -1,20 +1,21 @@
 """Runtime loaders for datasets packed by ``shardpipe pack``: what a DDP training script imports."""
 
-from loaders.collate import Batch, RaggedBytes, collate_samples
 from loaders.dataset import ShardedDataset
-from loaders.elastic import Segment, remaining_runs
-from loaders.loader import ShardedLoader, make_loader
-from loaders.metrics import DistributedMetrics
-from loaders.monitor import EpochStats, InputMonitor
-from loaders.planner import PlanConfig, Span, Window, plan_epoch, plan_windows
-from loaders.sync import (
+from loaders.distributed.metrics import DistributedMetrics
+from loaders.distributed.sync import (
     RankTimeoutError,
     StepCountMismatchError,
     epoch_barrier,
     guarded,
     validate_dataloader_sync,
 )
-from loaders.transport import RingStalledError
+from loaders.loader import ShardedLoader, make_loader
+from loaders.monitor import EpochStats, InputMonitor
+from loaders.planning.elastic import Segment, remaining_runs
+from loaders.planning.planner import PlanConfig, Span, Window, plan_epoch, plan_windows
+from loaders.reading.source import RemoteOptions
+from loaders.transfer.collate import Batch, RaggedBytes, collate_samples
+from loaders.transfer.transport import RingStalledError
 
 __all__ = [
     "Batch",
@@ -24,6 +25,7 @@ __all__ = [
     "PlanConfig",
     "RaggedBytes",
     "RankTimeoutError",
+    "RemoteOptions",
     "RingStalledError",
     "Segment",
     "ShardedDataset",

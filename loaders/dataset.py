@@ -1,13 +1,13 @@
 """``ShardedDataset``: a rank-aware, worker-aware, epoch-reseeded IterableDataset over packed shards.
 
-Each (rank, worker) reads the windows ``loaders.planner.plan_windows`` gives it, so every rank yields
+Each (rank, worker) reads the windows ``loaders.planning.planner.plan_windows`` gives it, so every rank yields
 exactly ``len(dataset)`` samples and the order depends only on (manifest, world size, workers, seed,
 epoch). A window's spans are read, then yielded in its seeded permutation (cut out of the read buffer in
 that order where the format can): one window of samples is held per worker. A resumed pass skips the
 samples consumed before the save without reading them.
 
-The epoch and the resume point live in ``loaders.position.Position`` (shared memory), so ``set_epoch``
-reaches DataLoader workers whether they are persistent or not, under fork and spawn.
+The epoch and the resume point live in ``loaders.planning.position.Position`` (shared memory), so
+``set_epoch`` reaches DataLoader workers whether they are persistent or not, under fork and spawn.
 """
 
 from __future__ import annotations
@@ -23,13 +23,10 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
-from loaders.chunks import chunks
-from loaders.columns import Columns, batches
-from loaders.decode import Decoder, resolve_decoders
-from loaders.elastic import Segment, consumed_count, remaining_runs
-from loaders.heap import freeze_inherited_objects
-from loaders.mixing import default_block_size, warn_if_poorly_mixed
-from loaders.planner import (
+from loaders.distributed.world import get_worker, get_world
+from loaders.planning.elastic import Segment, consumed_count, remaining_runs
+from loaders.planning.mixing import default_block_size, warn_if_poorly_mixed
+from loaders.planning.planner import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_SHUFFLE_BUFFER,
     PlanConfig,
@@ -42,11 +39,13 @@ from loaders.planner import (
     samples_per_rank,
     worker_sample_counts,
 )
-from loaders.position import Position
-from loaders.readers import ShardReaders
-from loaders.source import DatasetSource
-from loaders.world import get_worker, get_world
-from shardpipe.cache import DEFAULT_PREFETCH
+from loaders.planning.position import Position
+from loaders.reading.columns import Columns, batches
+from loaders.reading.decode import Decoder, resolve_decoders
+from loaders.reading.readers import ShardReaders
+from loaders.reading.source import DatasetSource, RemoteOptions
+from loaders.transfer.chunks import chunks
+from loaders.transfer.heap import freeze_inherited_objects
 from shardpipe.errors import DataError
 from shardpipe.formats import bytecolumn, get_format
 from shardpipe.manifest import Manifest
@@ -73,7 +72,7 @@ class ReadOptions:
     on_error: OnError = "raise"
     batched: bool = False
     check: bool = True
-    chunk_batches: int = 1  # batches per worker message on the batch path (``loaders.chunks``)
+    chunk_batches: int = 1  # batches per worker message on the batch path (``loaders.transfer.chunks``)
 
     def __post_init__(self) -> None:
         if self.on_error not in ("raise", "skip"):
@@ -107,29 +106,19 @@ class ShardedDataset(IterableDataset[Sample]):
         world_size: int | None = None,
         on_error: OnError = "raise",
         check: bool = True,
-        cache_dir: str | Path | None = None,
-        cache_limit: int | str | None = None,
-        prefetch: int = DEFAULT_PREFETCH,
-        storage_options: Mapping[str, Any] | None = None,
-        cache: bool = True,
+        remote: RemoteOptions | None = None,
     ) -> None:
         """``path`` is a dataset folder, its manifest, or a URL of either (``s3://``, ``gs://``,
-        ``https://``): remote shards are read through a per-node cache (``cache_dir``, default
-        ``$SHARDPIPE_CACHE`` or the user's cache folder; ``cache_limit`` a byte budget such as ``"50GB"``,
-        none by default; ``prefetch`` shards fetched ahead). ``storage_options`` go to fsspec (credentials
-        otherwise come as the cloud SDKs take them). ``cache=False`` reads a remote tar or TFRecord
-        shard by byte ranges instead (neighbouring ranges coalesced, the same checks): for very large
-        shards read sparsely. ``check=False`` skips the per-sample checksums (and the index's sha256).
+        ``https://``): remote shards are read through a per-node cache, as ``remote`` says (credentials,
+        the cache folder and budget, prefetch; :class:`~loaders.reading.source.RemoteOptions`).
+        ``check=False`` skips the per-sample checksums (and the index's sha256).
 
         ``block_size=None`` picks by the pack order: a hashed pack (what ``shardpipe pack`` writes by
         default) is mixed already and reads blocks of ``HASHED_BLOCK_SIZE`` samples (long reads, fast); a
         sorted pack, or one whose order is unknown, reads blocks of ``DEFAULT_BLOCK_SIZE`` from all over
         each rank's share, so its batches still mix classes."""
         super().__init__()
-        self.source = DatasetSource(
-            path, cache_dir=cache_dir, cache_limit=cache_limit, prefetch=prefetch,
-            storage_options=storage_options, cache=cache,
-        )  # fmt: skip
+        self.source = DatasetSource(path, remote)
         self.manifest: Manifest = self.source.manifest
         self.root = self.source.display
         if block_size is None:

@@ -2,13 +2,13 @@
 
 It aligns the workers' shares to whole batches (so ``len(loader)`` is exact and equal on every rank),
 collates raw bytes into one buffer per field and batch, sends small batches several to a worker message
-(``loaders.chunks``), inline (``loaders.collate``) or through a shared-memory ring
-(``loaders.transport``), calls
+(``loaders.transfer.chunks``), inline (``loaders.transfer.collate``) or through a shared-memory ring
+(``loaders.transfer.transport``), calls
 ``set_epoch`` itself at each new pass when the user never does (the forgotten-``set_epoch`` bug cannot
 silently repeat one order), and saves and restores its position (``state_dict`` / ``load_state_dict``,
 the protocol torchdata's ``StatefulDataLoader`` users know): resumed with the same world size, workers
 and batch size it yields exactly the batches k, k+1, ... of the uninterrupted run; resumed on another
-world it re-plans the rest of the epoch (``loaders.elastic``).
+world it re-plans the rest of the epoch (``loaders.planning.elastic``).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from loaders.chunks import batches_per_chunk, interleave
-from loaders.collate import collate_samples
 from loaders.dataset import ShardedDataset
-from loaders.elastic import Segment
-from loaders.position import decode_state, encode_state
-from loaders.transport import (
+from loaders.planning.elastic import Segment
+from loaders.planning.position import decode_state, encode_state
+from loaders.transfer.chunks import batches_per_chunk, interleave
+from loaders.transfer.collate import collate_samples
+from loaders.transfer.transport import (
     EXTRA_SLOTS,
     TRANSPORTS,
     Ring,
@@ -50,7 +50,9 @@ class ShardedLoader(DataLoader[Any]):
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
         if dataset.batched:  # the workers build whole batches: the DataLoader only forwards them
             kwargs["collate_fn"] = _forward
-            per_chunk = 1  # several small batches per worker message (loaders.chunks); none without workers
+            per_chunk = (
+                1  # several small batches per worker message (loaders.transfer.chunks); none without workers
+            )
             if kwargs.get("num_workers", 0) > 0:
                 per_chunk = batches_per_chunk(batch_size, expected_batch_bytes(dataset, batch_size))
             dataset = dataset.configured(chunk_batches=per_chunk)
@@ -200,12 +202,12 @@ def make_loader(
 
     It reads a dataset configured with its worker split aligned to ``batch_size``, sharing the given
     dataset's position, so ``dataset.set_epoch`` still works. When fields stay raw bytes (no decoder,
-    transform or ``collate_fn``) the workers build whole batches from columns (``loaders.columns``): the
-    same batches, without a dict per sample. ``enlarge_pipe=False`` keeps DataLoader's plain result pipe
-    (see ``enlarge_result_pipe``). ``transport`` says how the batch path's batches reach the main process:
-    ``"pipe"`` pickled through the result pipe, ``"ring"`` through a shared-memory ring per worker
-    (``loaders.transport``), ``"auto"`` the ring when the manifest predicts batches of at least
-    ``AUTO_MIN_BATCH_BYTES`` and /dev/shm has room.
+    transform or ``collate_fn``) the workers build whole batches from columns
+    (``loaders.reading.columns``): the same batches, without a dict per sample. ``enlarge_pipe=False`` keeps
+    DataLoader's plain result pipe (see ``enlarge_result_pipe``). ``transport`` says how the batch path's
+    batches reach the main process: ``"pipe"`` pickled through the result pipe, ``"ring"`` through a
+    shared-memory ring per worker (``loaders.transfer.transport``), ``"auto"`` the ring when the manifest
+    predicts batches of at least ``AUTO_MIN_BATCH_BYTES`` and /dev/shm has room.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")

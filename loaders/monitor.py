@@ -20,6 +20,8 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
+from loaders.distributed.world import get_world
+
 T = TypeVar("T")
 Clock = Callable[[], float]
 # Order of the floats gathered over ranks; EpochStats is rebuilt from them on every rank.
@@ -149,8 +151,6 @@ class InputMonitor(Generic[T]):
         return self.last
 
     def _stats(self) -> EpochStats:
-        from loaders.world import get_world
-
         measured = self.steps[self.warmup_steps :]
         peak = 0.0
         if torch.cuda.is_available() and torch.cuda.is_initialized():

@@ -2,6 +2,12 @@
 
 Data errors name the file, shard and position they concern; the CLI maps them to exit code 1 and usage
 errors to exit code 2, never to a traceback.
+
+Every project error is rebuilt from its message alone: a DataLoader re-raises a worker's exception in the
+trainer as ``type(exc)(message)`` (falling back to ``RuntimeError`` when that call fails), and pickling (to
+and from a pack's worker pool) calls ``type(exc)(*exc.args)`` and then restores the attributes. So the
+message is the one positional argument, and details are keyword arguments with defaults; a class whose
+message is composed from its details builds it in a classmethod.
 """
 
 from __future__ import annotations
@@ -20,27 +26,33 @@ class DataError(ShardpipeError):
 
 
 class CorruptShardError(DataError):
-    """A shard's bytes do not parse; names the shard and the sample position or byte offset."""
+    """A shard's bytes do not parse; names the shard and the sample position or byte offset.
+
+    Rebuilt from its message alone (in a DataLoader's trainer process), the details are unknown (empty or
+    None); the message still says all of them.
+    """
 
     def __init__(
-        self, shard: str, detail: str, *, sample_index: int | None = None, offset: int | None = None
-    ):
+        self,
+        message: str,
+        *,
+        shard: str = "",
+        detail: str = "",
+        sample_index: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.shard, self.detail, self.sample_index, self.offset = shard, detail, sample_index, offset
+
+    @classmethod
+    def at(
+        cls, shard: str, detail: str, *, sample_index: int | None = None, offset: int | None = None
+    ) -> CorruptShardError:
+        """The error for ``shard``: "corrupt shard <shard>, sample <i>, byte <offset>: <detail>"."""
         where = [shard]
         if sample_index is not None:
             where.append(f"sample {sample_index}")
         if offset is not None:
             where.append(f"byte {offset}")
-        super().__init__(f"corrupt shard {', '.join(where)}: {detail}")
-        self.shard = shard
-        self.detail = detail
-        self.sample_index = sample_index
-        self.offset = offset
-
-    def __reduce__(self) -> tuple[object, ...]:  # keyword-only arguments: pickle (to a worker pool) by hand
-        return _rebuild_corrupt, (self.shard, self.detail, self.sample_index, self.offset)
-
-
-def _rebuild_corrupt(
-    shard: str, detail: str, sample_index: int | None, offset: int | None
-) -> CorruptShardError:
-    return CorruptShardError(shard, detail, sample_index=sample_index, offset=offset)
+        message = f"corrupt shard {', '.join(where)}: {detail}"
+        return cls(message, shard=shard, detail=detail, sample_index=sample_index, offset=offset)

@@ -17,22 +17,22 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
-from shardpipe import __version__
-from shardpipe.atomic import write_bytes_atomic
 from shardpipe.errors import DataError
-from shardpipe.formats import CHECKSUM_NAME, FORMAT_NAMES, INDEX_VERSION
-from shardpipe.storage import as_location, is_remote
+from shardpipe.formats import FORMAT_INFO, FORMAT_NAMES
+from shardpipe.formats.base import CHECKSUM_NAME, INDEX_VERSION
+from shardpipe.storage import ObjectNotFoundError, Store, open_store, redact_url, split_url
+from shardpipe.version import __version__
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 DIGEST_KEY = "content_sha256"
-_NEEDS_INDEX = {"tar", "tfrecord"}  # formats that seek by byte offset (kept here: no format imports)
 log = logging.getLogger("shardpipe")
 _warned_v1: set[str] = set()
 
@@ -164,7 +164,7 @@ class Manifest:
         if classes is not None and not all(isinstance(c, str) for c in _expect(classes, list, "classes")):
             raise ValueError("classes must be names")
         splits = {
-            _expect(name, str, "a split name"): _split(split, name, needs_index=fmt in _NEEDS_INDEX)
+            _expect(name, str, "a split name"): _split(split, name, needs_index=FORMAT_INFO[fmt].needs_index)
             for name, split in _expect(data["splits"], dict, "splits").items()
         }
         index_version, checksum = 1, None
@@ -233,29 +233,47 @@ def _split(split: Any, name: str, *, needs_index: bool) -> tuple[ShardEntry, ...
     return shards
 
 
-def manifest_path(path: str | Path) -> Path:
-    """Accept a dataset directory or a manifest file; return the manifest file's path."""
-    path = Path(path)
-    return path / MANIFEST_NAME if path.is_dir() else path
+def dataset_location(
+    where: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+) -> tuple[Store, str]:
+    """The dataset root's store and the manifest's key in it, for a dataset folder or a manifest file, a
+    path or a URL (a URL names the manifest when its last part ends in ``.json``)."""
+    store = open_store(where, storage_options=storage_options)
+    local = store.local_path()
+    names_file = local.is_file() if local is not None else split_url(where)[1].split("?")[0].endswith(".json")
+    if not names_file:
+        return store, MANIFEST_NAME
+    parent, name = split_url(where)
+    return open_store(parent, storage_options=storage_options), name
 
 
-def load_manifest(path: str | Path, storage_options: Mapping[str, Any] | None = None) -> Manifest:
+def load_manifest(
+    where: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+) -> Manifest:
     """The manifest of a dataset folder or manifest file: a path, or a URL (``s3://bucket/data``,
     ``https://host/data/manifest.json``) read through the storage seam with ``storage_options``."""
-    if is_remote(path):
-        from shardpipe.remote_manifest import load_remote_manifest  # the seam: nothing local imports it
+    return read_manifest(*dataset_location(where, storage_options))
 
-        return load_remote_manifest(str(path), storage_options)
-    file = manifest_path(as_location(path))
+
+def read_manifest(store: Store, key: str = MANIFEST_NAME) -> Manifest:
+    """The manifest at ``key`` of ``store``, checked; every problem is a :class:`DataError` naming it."""
+    shown = redact_url(store.url(key))
     try:
-        text = file.read_text()
-    except FileNotFoundError as exc:
-        raise DataError(f"no manifest at {file}; pack the data with `shardpipe pack` first") from exc
-    except (OSError, ValueError) as exc:
-        raise DataError(f"cannot read manifest {file}: {exc}") from exc
-    manifest = manifest_from_text(text, str(file))
+        data = store.read(key)
+    except ObjectNotFoundError as exc:
+        raise DataError(
+            f"no manifest at {shown}; check the location, or pack the data there with `shardpipe pack` first"
+        ) from exc
+    except OSError as exc:  # a folder, a device, a permission: anything but the file we need
+        raise DataError(f"cannot read manifest {shown}: {exc}") from exc
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        raise DataError(f"cannot read manifest {shown}: {exc}") from None
+    manifest = manifest_from_text(text, shown)
     if manifest.manifest_version < 2:
-        warn_v1(str(file), str(file.resolve()), manifest.manifest_version)
+        local = store.local_path(key)
+        warn_v1(shown, str(local.resolve()) if local is not None else shown, manifest.manifest_version)
     return manifest
 
 
@@ -288,14 +306,7 @@ def warn_v1(where: str, identity: str, version: int) -> None:
     )
 
 
-def write_manifest(root: Path, manifest: Manifest) -> None:
-    """Write ``root/manifest.json`` atomically; callers write it last, after every shard is in place."""
-    write_bytes_atomic(root / MANIFEST_NAME, manifest.dumps().encode())
-
-
-def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(chunk_size):
-            digest.update(chunk)
-    return digest.hexdigest()
+def write_manifest(store: Store, manifest: Manifest) -> None:
+    """Put ``manifest.json`` at the store's root, whole or not at all; callers write it last, after every
+    shard is in place: a dataset is complete exactly when its manifest exists."""
+    store.put(MANIFEST_NAME, manifest.dumps().encode())

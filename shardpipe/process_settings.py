@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from shardpipe.atomic import libc
+from shardpipe.storage.files import libc
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3

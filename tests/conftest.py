@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import Faults, HTTPServer, S3Server
+from testkit.servers import Faults, HTTPServer, S3Server
 
 _bucket_numbers = itertools.count()
 

@@ -48,8 +48,8 @@ def pack_dataset(
     ``order="sorted"`` by default, unlike ``shardpipe pack``: the loader tests read packs whose order is
     the key order, so an unshuffled read can be checked against ``sorted(keys)``.
     """
-    from shardpipe.pack import PackOptions, pack
-    from shardpipe.split import parse_split
+    from shardpipe.packing import PackOptions, pack
+    from shardpipe.packing.split import parse_split
 
     src = root / "src"
     if not src.exists():

@@ -83,7 +83,7 @@ def read_all(root: Path) -> list[dict[str, Any]]:
 
 
 def run_case(base: Path, plan: dict[str, Any], expected: dict[str, dict[str, str]]) -> dict[str, Any]:
-    from shardpipe.verify import verify
+    from shardpipe.tools.verify import verify
 
     result = dict(plan)
     with tempfile.TemporaryDirectory() as tmp:

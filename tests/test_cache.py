@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from shardpipe.cache import ShardCache, ShardRef
-from shardpipe.cachedir import LAYOUT, default_cache_dir, flocked, parse_size
+from loaders.cache.directory import LAYOUT, default_cache_dir, flocked
+from loaders.cache.shard_cache import ShardCache, ShardRef
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.storage import RetryPolicy, open_store
-from tests.servers import Faults, S3Server
+from shardpipe.units import parse_size
+from testkit.servers import Faults, S3Server
 
 CHILD_TIMEOUT_S = 60
 
@@ -147,7 +148,7 @@ def test_a_download_renamed_into_place_while_the_budget_is_counted_is_counted(
     """Space is counted by listing the folder and then looking at each file: a rename in between would
     hide a shard from the count, and the next reservation would overrun the budget by it. The rename
     happens under the budget lock, so it waits for the count."""
-    from shardpipe import cachedir
+    from loaders.cache import directory as cachedir
 
     directory = cachedir.CacheDir(tmp_path, limit=100)
     first, second = "a" * 64, "b" * 64
@@ -275,7 +276,7 @@ def test_prefetch_passes_over_shards_cached_or_being_fetched_elsewhere(
 
 
 def _hold_lock_and_reservation(cache_dir: str, sha256: str, ready: Any) -> None:
-    from shardpipe.cachedir import CacheDir
+    from loaders.cache.directory import CacheDir
 
     directory = CacheDir(Path(cache_dir), None)
     with directory.fetching(sha256):

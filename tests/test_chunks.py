@@ -6,9 +6,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loaders.chunks import CHUNK_SAMPLES, MAX_CHUNK_BYTES, Chunk, batches_per_chunk, chunks, interleave
-from loaders.collate import Batch, RaggedBytes
-from loaders.columns import Columns, batches
+from loaders.reading.columns import Columns, batches
+from loaders.transfer.chunks import (
+    CHUNK_SAMPLES,
+    MAX_CHUNK_BYTES,
+    Chunk,
+    batches_per_chunk,
+    chunks,
+    interleave,
+)
+from loaders.transfer.collate import Batch, RaggedBytes
 
 
 def worker_columns(worker: int, count: int) -> Columns:

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from shardpipe.cli import main
-from shardpipe.cli_storage import location, parse_storage_options, shown
+from shardpipe.cli.storage import location, parse_storage_options, shown
 from shardpipe.errors import UsageError
 
 

@@ -7,7 +7,7 @@ import pickle
 import pytest
 import torch
 
-from loaders.collate import INLINE_TENSOR_BYTES, Batch, RaggedBytes, collate_samples
+from loaders.transfer.collate import INLINE_TENSOR_BYTES, Batch, RaggedBytes, collate_samples
 
 
 def test_ragged_bytes_round_trip_and_indexing() -> None:

@@ -167,8 +167,8 @@ def test_warns_once_when_a_sorted_labelled_pack_is_read_with_coarse_windows(
 
 def test_default_block_size_follows_the_pack_order(tmp_path: Path) -> None:
     """A hashed pack is mixed already: long blocks; a sorted one reads small blocks so batches mix."""
-    from loaders.mixing import HASHED_BLOCK_SIZE
-    from loaders.planner import DEFAULT_BLOCK_SIZE
+    from loaders.planning.mixing import HASHED_BLOCK_SIZE
+    from loaders.planning.planner import DEFAULT_BLOCK_SIZE
 
     hashed = pack_dataset(tmp_path / "h", "tar", 20, order="hashed")
     ordered = pack_dataset(tmp_path / "s", "tar", 20, order="sorted")
@@ -183,7 +183,7 @@ def test_windows_read_across_shards_yield_what_shard_by_shard_reads_yield(
 ) -> None:
     """A window read and cut in one pass over its shards gives the samples, the pads, the skipped slots and
     the errors of reading it shard by shard (every window takes the one-pass path here)."""
-    from loaders.readers import ShardReaders
+    from loaders.reading.readers import ShardReaders
     from shardpipe.formats import spanreader
 
     out = pack_dataset(tmp_path, fmt, 47, max_samples=7)

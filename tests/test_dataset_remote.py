@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from loaders import ShardedDataset, make_loader
+from loaders import RemoteOptions, ShardedDataset, make_loader
 from shardpipe.errors import CorruptShardError
 from shardpipe.manifest import load_manifest
 from shardpipe.storage import open_store
+from testkit.distributed import run_ranks
+from testkit.servers import Faults, S3Server
 from tests.datagen import pack_dataset
-from tests.distributed import run_ranks
-from tests.servers import Faults, S3Server
 
 
 def upload(local: Path, url: str, storage_options: dict[str, Any] | None = None) -> None:
@@ -51,13 +51,22 @@ def test_s3_and_https_read_the_local_order(
     url, options = bucket
     expected = keys(ShardedDataset(local, rank=1, world_size=2, seed=3))
     remote = ShardedDataset(
-        url, rank=1, world_size=2, seed=3, storage_options=options, cache_dir=tmp_path / "c"
+        url,
+        rank=1,
+        world_size=2,
+        seed=3,
+        remote=RemoteOptions(storage_options=options, cache_dir=tmp_path / "c"),
     )
     assert keys(remote) == expected
     folder, http_url = http_dir
     shutil.copytree(local, folder, dirs_exist_ok=True)
-    by_manifest = ShardedDataset(f"{http_url}/manifest.json", rank=1, world_size=2, seed=3,
-                                 cache_dir=tmp_path / "h")  # fmt: skip
+    by_manifest = ShardedDataset(
+        f"{http_url}/manifest.json",
+        rank=1,
+        world_size=2,
+        seed=3,
+        remote=RemoteOptions(cache_dir=tmp_path / "h"),
+    )
     assert keys(by_manifest) == expected
     assert remote.manifest == load_manifest(local)
 
@@ -68,13 +77,13 @@ def test_dataloader_workers_read_s3_under_fork_and_spawn(
 ) -> None:
     url, options = bucket
 
-    def batches(path: str | Path, **kwargs: Any) -> list[list[str]]:
-        dataset = ShardedDataset(path, rank=0, world_size=1, seed=1, **kwargs)
+    def batches(path: str | Path, remote: RemoteOptions | None = None) -> list[list[str]]:
+        dataset = ShardedDataset(path, rank=0, world_size=1, seed=1, remote=remote)
         loader = make_loader(dataset, 5, num_workers=2, multiprocessing_context=context)
         loader.set_epoch(2)
         return [b["__key__"] for b in loader]
 
-    assert batches(url, storage_options=options, cache_dir=tmp_path) == batches(local)
+    assert batches(url, RemoteOptions(storage_options=options, cache_dir=tmp_path)) == batches(local)
 
 
 def test_every_sample_once_under_injected_faults(
@@ -82,7 +91,11 @@ def test_every_sample_once_under_injected_faults(
 ) -> None:
     url, options = bucket
     s3.control.set_faults(Faults(rate=0.1, seed=4, slow_s=0.05))
-    samples = keys(ShardedDataset(url, rank=0, world_size=1, storage_options=options, cache_dir=tmp_path))
+    samples = keys(
+        ShardedDataset(
+            url, rank=0, world_size=1, remote=RemoteOptions(storage_options=options, cache_dir=tmp_path)
+        )
+    )
     s3.control.set_faults(Faults())
     assert sorted(samples) == sorted(keys(ShardedDataset(local, rank=0, world_size=1)))
     assert len({k for k, _ in samples}) == 47
@@ -97,8 +110,13 @@ def test_a_corrupted_object_is_a_clear_error_and_is_not_cached(
     data = bytearray((local / entry.path).read_bytes())
     data[600] ^= 0xFF
     store.put(entry.path, bytes(data))
-    dataset = ShardedDataset(url, rank=0, world_size=1, shuffle=False, storage_options=options,
-                             cache_dir=tmp_path)  # fmt: skip
+    dataset = ShardedDataset(
+        url,
+        rank=0,
+        world_size=1,
+        shuffle=False,
+        remote=RemoteOptions(storage_options=options, cache_dir=tmp_path),
+    )
     with pytest.raises(CorruptShardError, match=entry.path):
         list(dataset)
     files = [p for p in tmp_path.rglob("*") if p.is_file() and p.stat().st_size]
@@ -113,8 +131,12 @@ def test_a_budget_below_the_dataset_is_kept_and_still_delivers(
     shards = load_manifest(local).splits["train"]
     budget = 2 * max(s.num_bytes for s in shards)  # well below the 7 shards' total
     assert budget < sum(s.num_bytes for s in shards)
-    dataset = ShardedDataset(url, rank=0, world_size=1, storage_options=options, cache_dir=tmp_path,
-                             cache_limit=budget)  # fmt: skip
+    dataset = ShardedDataset(
+        url,
+        rank=0,
+        world_size=1,
+        remote=RemoteOptions(storage_options=options, cache_dir=tmp_path, cache_limit=budget),
+    )
     dataset.set_epoch(1)
     seen, peak = [], 0
     for sample in dataset:
@@ -126,7 +148,7 @@ def test_a_budget_below_the_dataset_is_kept_and_still_delivers(
 
 
 def read_three_ranks(rank: int, world_size: int, url: str, options: dict[str, Any], cache: str) -> Any:
-    dataset = ShardedDataset(url, seed=11, storage_options=options, cache_dir=cache)
+    dataset = ShardedDataset(url, seed=11, remote=RemoteOptions(storage_options=options, cache_dir=cache))
     loader = make_loader(dataset, batch_size=4, num_workers=2)
     loader.set_epoch(1)
     return [b["__key__"] for b in loader]
@@ -163,7 +185,9 @@ def test_cache_false_reads_by_coalesced_byte_ranges_with_the_same_checks(
     options = s3.storage_options()
     upload(local, s3_root, options)
     s3.control.reset_counts()
-    remote = ShardedDataset(s3_root, rank=0, world_size=1, seed=5, storage_options=options, cache=False)
+    remote = ShardedDataset(
+        s3_root, rank=0, world_size=1, seed=5, remote=RemoteOptions(storage_options=options, cache=False)
+    )
     assert keys(remote) == keys(ShardedDataset(local, rank=0, world_size=1, seed=5))
     shard_gets = sum(s3.control.count("GET", e.path) for e in load_manifest(local).splits["train"])
     num_spans = 47 // 4 + 2  # blocks of 4 samples, cut at shard ends: far more spans than requests
@@ -173,7 +197,11 @@ def test_cache_false_reads_by_coalesced_byte_ranges_with_the_same_checks(
     data[700] ^= 0xFF
     open_store(s3_root, storage_options=options).put(entry.path, bytes(data))
     with pytest.raises(CorruptShardError, match=entry.path):
-        list(ShardedDataset(s3_root, rank=0, world_size=1, storage_options=options, cache=False))
+        list(
+            ShardedDataset(
+                s3_root, rank=0, world_size=1, remote=RemoteOptions(storage_options=options, cache=False)
+            )
+        )
 
 
 def test_cache_false_refuses_lmdb(s3: S3Server, s3_root: str, tmp_path: Path) -> None:
@@ -183,7 +211,11 @@ def test_cache_false_refuses_lmdb(s3: S3Server, s3_root: str, tmp_path: Path) ->
     options = s3.storage_options()
     upload(local, s3_root, options)
     with pytest.raises(UsageError, match="cannot be read by byte ranges"):
-        list(ShardedDataset(s3_root, rank=0, world_size=1, storage_options=options, cache=False))
+        list(
+            ShardedDataset(
+                s3_root, rank=0, world_size=1, remote=RemoteOptions(storage_options=options, cache=False)
+            )
+        )
 
 
 def test_the_cache_prefetches_indexes_with_their_shards(
@@ -191,7 +223,9 @@ def test_the_cache_prefetches_indexes_with_their_shards(
 ) -> None:
     """A reader loads a shard's index before the shard: both are in the plan the cache prefetches by."""
     url, options = bucket
-    dataset = ShardedDataset(url, storage_options=options, cache_dir=tmp_path / "c", prefetch=2)
+    dataset = ShardedDataset(
+        url, remote=RemoteOptions(storage_options=options, cache_dir=tmp_path / "c", prefetch=2)
+    )
     entries = dataset.shards[:3]
     dataset.source.plan(entries)
     cache = dataset.source._cache
@@ -215,7 +249,7 @@ def test_readers_stay_open_unless_the_cache_has_a_budget(
 ) -> None:
     """Without a budget nothing evicts a cached shard, so its reader stays open across windows and epochs
     as a local shard's does; under a budget every read goes through the cache (held against eviction)."""
-    from loaders.source import DatasetSource
+    from loaders.reading.source import DatasetSource
 
     url, options = bucket
     opened: list[str] = []
@@ -226,8 +260,12 @@ def test_readers_stay_open_unless_the_cache_has_a_budget(
         return shard(self, entry)
 
     monkeypatch.setattr(DatasetSource, "shard", counting)
-    dataset = ShardedDataset(url, storage_options=options, cache_dir=tmp_path / "c", cache_limit=limit,
-                             shuffle_buffer=8, block_size=2)  # fmt: skip
+    dataset = ShardedDataset(
+        url,
+        shuffle_buffer=8,
+        block_size=2,
+        remote=RemoteOptions(storage_options=options, cache_dir=tmp_path / "c", cache_limit=limit),
+    )
     every = sorted(key for key, pad in keys(ShardedDataset(local, shuffle=False)) if not pad)
     for epoch in (1, 2):
         assert sorted(key for key, pad in keys(dataset, epoch) if not pad) == every

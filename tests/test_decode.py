@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from loaders.decode import decode_image, resolve_decoders
+from loaders.reading.decode import decode_image, resolve_decoders
 
 
 def npy_bytes(array: np.ndarray) -> bytes:

@@ -10,8 +10,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from loaders.elastic import Segment, consumed_count, consumed_runs, remaining_runs
-from loaders.planner import (
+from loaders.planning.elastic import Segment, consumed_count, consumed_runs, remaining_runs
+from loaders.planning.planner import (
     PlanConfig,
     Runs,
     batches_per_rank,

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from loaders import ShardedDataset, make_loader
+from testkit.distributed import run_ranks
 from tests.datagen import pack_dataset
-from tests.distributed import run_ranks
 
 NUM_SAMPLES = 47
 BATCH = 4

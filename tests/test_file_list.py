@@ -16,15 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardpipe import file_list, line_pieces
 from shardpipe.errors import DataError, UsageError
-from shardpipe.file_list import group_runs, scan_file_list
-from shardpipe.line_pieces import cut_ranges, first_line, owned_lines
-from shardpipe.list_piece import read_list_piece
-from shardpipe.pack import PackOptions, pack
-from shardpipe.sources import Grouped, IncompleteSamplesError
+from shardpipe.packing import PackOptions, pack
+from shardpipe.sources import Grouped, IncompleteSamplesError, file_list, line_pieces
+from shardpipe.sources.file_list import group_runs, scan_file_list
+from shardpipe.sources.line_pieces import cut_ranges, first_line, owned_lines
+from shardpipe.sources.list_piece import read_list_piece
 from shardpipe.storage import open_store
-from tests.servers import S3Server
+from testkit.servers import S3Server
 
 pytestmark = pytest.mark.timeout(120)
 

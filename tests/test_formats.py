@@ -20,17 +20,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.formats import (
-    ColumnsOut,
-    Fields,
-    Format,
-    all_formats,
-    bytecolumn,
-    framing,
-    get_format,
-    spanreader,
-)
+from shardpipe.formats import all_formats, bytecolumn, framing, get_format, spanreader
 from shardpipe.formats import lmdb as lmdb_format
+from shardpipe.formats.base import ColumnsOut, Fields, Format
 from shardpipe.formats.layout import CHECKSUM, NO_SPAN, ShardIndex, shard_checksums
 from shardpipe.formats.spanreader import JOINED_BYTES
 from tests.datagen import read_with_webdataset
@@ -676,7 +668,7 @@ def _decode_each(records: Sequence[bytes], names: Sequence[str]) -> tuple[list[s
         try:
             key, sample = framing.decode(record)
         except framing.FramingError as exc:
-            raise framing.RecordError(position, str(exc)) from exc
+            raise framing.RecordError(str(exc), position=position) from exc
         keys.append(key)
         for name in names:
             fields[name].append(sample.get(name))

@@ -1,5 +1,5 @@
-"""``shardpipe index`` (shardpipe.index): foreign shards adopted without repacking, with sample checksums
-computed from their bytes at index time, so damage found later is an error like in packed shards."""
+"""``shardpipe index`` (shardpipe.tools.index): foreign shards adopted without repacking, with sample
+checksums computed from their bytes at index time, so damage found later is an error like in packed shards."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.formats import get_format
 from shardpipe.formats.layout import ShardIndex
-from shardpipe.index import index_folder
 from shardpipe.manifest import Manifest, load_manifest
-from shardpipe.verify import verify
+from shardpipe.tools.index import index_folder
+from shardpipe.tools.verify import verify
 
 
 def _tars(folder: Path) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shardpipe.inspection import render, summarize
 from shardpipe.manifest import Manifest, ShardEntry, write_manifest
+from shardpipe.storage import open_store
+from shardpipe.tools.inspection import render, summarize
 
 
 def _entry(i: int, samples: int, num_bytes: int) -> ShardEntry:
@@ -19,9 +20,8 @@ def test_summary_counts_and_spreads(tmp_path: Path) -> None:
         "val": (),
     }
     order = {"method": "hashed", "rule": "r", "seed": 9}
-    write_manifest(
-        tmp_path, Manifest("tar", ("cls", "png"), splits, {"seed": 9}, classes=("a", "b"), order=order)
-    )
+    manifest = Manifest("tar", ("cls", "png"), splits, {"seed": 9}, classes=("a", "b"), order=order)
+    write_manifest(open_store(tmp_path), manifest)
     summary = summarize(tmp_path)
     train = summary["splits"]["train"]
     assert (train["shards"], train["samples"], train["bytes"]) == (3, 21, 6_000_000)
@@ -33,6 +33,6 @@ def test_summary_counts_and_spreads(tmp_path: Path) -> None:
 
 
 def test_manifest_without_an_order_renders_without_one(tmp_path: Path) -> None:
-    write_manifest(tmp_path, Manifest("lmdb", ("bin",), {"train": (_entry(0, 1, 10),)}, {}))
+    write_manifest(open_store(tmp_path), Manifest("lmdb", ("bin",), {"train": (_entry(0, 1, 10),)}, {}))
     summary = summarize(tmp_path)
     assert summary["order"] is None and "order:" not in render(summary)

@@ -123,7 +123,7 @@ def as_lists(batch: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(params=[None, 1, 2, 3], ids=["chunks-default", "chunks-1", "chunks-2", "chunks-3"])
 def per_chunk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int | None:
-    """Batches per worker message (``loaders.chunks``): the default rule, or forced."""
+    """Batches per worker message (``loaders.transfer.chunks``): the default rule, or forced."""
     if request.param is not None:
         monkeypatch.setattr("loaders.loader.batches_per_chunk", lambda batch_size, expected: request.param)
     return request.param  # type: ignore[no-any-return]

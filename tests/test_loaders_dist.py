@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from loaders import ShardedDataset, make_loader
+from testkit.distributed import run_ranks
 from tests.datagen import pack_dataset
-from tests.distributed import run_ranks
 
 FORMATS = ["tar", "lmdb", "tfrecord"]
 NUM_SAMPLES = 47  # shards of 7,7,7,7,7,7,5 for max_samples=7; 2 shards (40, 7) for max_samples=40
@@ -24,9 +24,9 @@ NUM_SAMPLES = 47  # shards of 7,7,7,7,7,7,5 for max_samples=7; 2 shards (40, 7) 
 
 def read_epochs(rank: int, world_size: int, paths: dict[str, str], per_chunk: int | None) -> dict[str, Any]:
     import loaders.loader
-    from loaders.sync import validate_dataloader_sync
+    from loaders.distributed.sync import validate_dataloader_sync
 
-    if per_chunk is not None:  # batches per worker message, forced (loaders.chunks)
+    if per_chunk is not None:  # batches per worker message, forced (loaders.transfer.chunks)
         loaders.loader.batches_per_chunk = lambda batch_size, expected: per_chunk  # type: ignore[assignment]
 
     out: dict[str, Any] = {}

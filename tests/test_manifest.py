@@ -21,6 +21,7 @@ from shardpipe.manifest import (
     load_manifest,
     write_manifest,
 )
+from shardpipe.storage import open_store
 
 SHA = "ab" * 32
 
@@ -46,7 +47,7 @@ def write_json(tmp_path: Path, data: dict[str, Any], *, redigest: bool = True) -
 @pytest.mark.parametrize("fmt", ["tar", "lmdb"])
 def test_round_trip_writes_version_2(tmp_path: Path, fmt: str) -> None:
     manifest = small_manifest(fmt)
-    write_manifest(tmp_path, manifest)
+    write_manifest(open_store(tmp_path), manifest)
     data = json.loads((tmp_path / "manifest.json").read_text())
     assert data["manifest_version"] == MANIFEST_VERSION == 2
     assert (data["index_version"], data["sample_checksum"]) == (2, "xxh3_64")
@@ -56,7 +57,7 @@ def test_round_trip_writes_version_2(tmp_path: Path, fmt: str) -> None:
 
 
 def test_a_changed_field_name_is_caught_by_the_digest(tmp_path: Path) -> None:
-    write_manifest(tmp_path, small_manifest())
+    write_manifest(open_store(tmp_path), small_manifest())
     text = (tmp_path / "manifest.json").read_text()
     (tmp_path / "manifest.json").write_text(text.replace('"cls"', '"cms"'))
     with pytest.raises(DataError, match=rf"manifest {tmp_path}/manifest.json .*{DIGEST_KEY}"):

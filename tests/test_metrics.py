@@ -7,8 +7,8 @@ import pytest
 import torch
 from sklearn.metrics import accuracy_score, f1_score
 
-from loaders.metrics import DistributedMetrics
-from tests.distributed import run_ranks
+from loaders.distributed.metrics import DistributedMetrics
+from testkit.distributed import run_ranks
 
 NUM_CLASSES = 5
 # Deliberately uneven: rank 1 sees one batch, rank 2 four, batch sizes differ within and across ranks.

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from loaders.collate import RaggedBytes
 from loaders.monitor import EpochStats, InputMonitor, count_samples, format_line
+from loaders.transfer.collate import RaggedBytes
 
 
 class FakeClock:

@@ -9,18 +9,32 @@ from pathlib import Path
 import pytest
 
 from shardpipe.errors import UsageError
-from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, load_manifest, sha256_file, write_manifest
-from shardpipe.output import (
+from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, load_manifest, write_manifest
+from shardpipe.packing.output import (
     JOURNAL_NAME,
     Job,
     JobMismatchError,
+    Output,
     OutputNotEmptyError,
+    Prepared,
     compare_jobs,
-    prepare_output,
-    read_journal,
-    remove_outputs,
-    reusable,
+    parse_journal,
 )
+from shardpipe.storage import open_store
+from shardpipe.storage.files import sha256_file
+
+
+def prepare_output(out: Path, job: Job, *, resume: bool, overwrite: bool) -> Prepared:
+    return Output(open_store(out)).prepare(job, resume=resume, overwrite=overwrite)
+
+
+def reusable(out: Path, entry: ShardEntry | None) -> ShardEntry | None:
+    return Output(open_store(out)).reusable(entry)
+
+
+def read_journal(path: Path) -> tuple[dict[str, object], list[ShardEntry]]:
+    return parse_journal(path.read_text())
+
 
 OPTIONS = {"format": "tar", "seed": 0, "order": "hashed", "max_samples": 10}
 JOB = Job("aaaa", OPTIONS, "src")
@@ -36,7 +50,7 @@ def _entry(out: Path, name: str, data: bytes) -> ShardEntry:
 def _manifest(out: Path, job: dict[str, object]) -> Manifest:
     entry = _entry(out, "shard-000000.lmdb", b"shard")  # LMDB: a manifest that needs no index files
     manifest = Manifest("lmdb", ("bin",), {"train": (entry,)}, {"method": "m"}, job=job)
-    write_manifest(out, manifest)
+    write_manifest(open_store(out), manifest)
     return manifest
 
 
@@ -149,9 +163,10 @@ def test_overwrite_removes_only_what_a_pack_writes(tmp_path: Path) -> None:
     (tmp_path / "train" / "notes.txt").write_text("mine")
     (tmp_path / "mine.txt").write_text("mine")
     (tmp_path / "val").mkdir()
+    (tmp_path / "val" / "shard-000000.tar").write_bytes(b"x")  # a split folder holding only shards goes
     _entry(tmp_path, "shard-000001.tar", b"x")
     (tmp_path / JOURNAL_NAME).write_text("{}\n")
-    remove_outputs(tmp_path)
+    Output(open_store(tmp_path))._remove_outputs()
     left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
     assert left == ["mine.txt", "train", "train/notes.txt"]
     prepared = prepare_output(tmp_path, JOB, resume=False, overwrite=True)

@@ -20,14 +20,14 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
 
-from shardpipe import output
 from shardpipe.cli import main
 from shardpipe.formats import get_format
 from shardpipe.formats.layout import ShardIndex
-from shardpipe.manifest import load_manifest
-from shardpipe.output import JobMismatchError
-from shardpipe.pack import PackOptions, pack
-from shardpipe.plan import ORDER_HASH
+from shardpipe.manifest import Manifest, load_manifest
+from shardpipe.packing import PackOptions, output, pack
+from shardpipe.packing.options import ORDER_HASH
+from shardpipe.packing.output import JobMismatchError
+from shardpipe.storage import Store
 from tests.datagen import make_tree, read_with_webdataset
 
 FORMATS = ["tar", "lmdb", "tfrecord"]
@@ -158,9 +158,11 @@ def test_an_executor_runs_the_scan_and_the_writes_through_pickle(tmp_path: Path)
     local = pack(tmp_path / "src", tmp_path / "local", options, quiet=True)
     with PicklingExecutor() as executor:
         shipped = pack(tmp_path / "src", tmp_path / "shipped", options, quiet=True, executor=executor)
-    assert executor.tasks.count("shardpipe.sources.scan_names") == 5  # the top folder and 4 class folders
-    assert executor.tasks.count("shardpipe.write.write_shard") == 7
-    assert set(executor.tasks) == {"shardpipe.sources.scan_names", "shardpipe.write.write_shard"}
+    assert (
+        executor.tasks.count("shardpipe.sources.tree.scan_names") == 5
+    )  # the top folder and 4 class folders
+    assert executor.tasks.count("shardpipe.packing.write.write_shard") == 7
+    assert set(executor.tasks) == {"shardpipe.sources.tree.scan_names", "shardpipe.packing.write.write_shard"}
     assert shipped.manifest == local.manifest
     assert tree_files(tmp_path / "shipped") == tree_files(tmp_path / "local")
 
@@ -303,10 +305,13 @@ def test_resume_after_a_kill_between_manifest_and_journal_removal(
     options = PackOptions(format="lmdb", max_samples=8, workers=2)
     reference = pack(tmp_path / "src", tmp_path / "reference", options, quiet=True)
 
-    def killed(out: Path) -> None:
+    write_manifest = output.write_manifest
+
+    def killed(store: Store, manifest: Manifest) -> None:
+        write_manifest(store, manifest)
         raise KeyboardInterrupt("killed after the manifest write")
 
-    monkeypatch.setattr(output, "remove_journal", killed)
+    monkeypatch.setattr(output, "write_manifest", killed)
     with pytest.raises(KeyboardInterrupt):
         pack(tmp_path / "src", out, options, quiet=True)
     monkeypatch.undo()

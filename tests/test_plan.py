@@ -11,19 +11,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shardpipe.errors import UsageError
-from shardpipe.plan import (
-    JOB_OPTIONS,
-    PackOptions,
+from shardpipe.packing.options import JOB_OPTIONS, PackOptions
+from shardpipe.packing.plan import (
     SampleTooLargeError,
     cut_runs,
     cut_shards,
     fingerprint,
     hashed_order,
-    parse_size,
     plan_jobs,
 )
+from shardpipe.packing.split import split_unit
 from shardpipe.sources import SampleTable, scan_source
-from shardpipe.split import split_unit
+from shardpipe.units import parse_size
 from tests.datagen import make_tree
 
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loaders.planner import (
+from loaders.planning.planner import (
     PlanConfig,
     Remainder,
     Span,

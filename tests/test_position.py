@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from loaders.elastic import Segment
-from loaders.planner import PlanConfig
-from loaders.position import Position, decode_state, encode_state
+from loaders.planning.elastic import Segment
+from loaders.planning.planner import PlanConfig
+from loaders.planning.position import Position, decode_state, encode_state
 
 IDENTITY = {"manifest": "abc", "split": "train", "seed": 7, "shuffle": True}
 CONFIG = PlanConfig(2, 2, seed=7, batch_size=4)

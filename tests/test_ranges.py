@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shardpipe.errors import UsageError
-from shardpipe.ranges import coalesce_ranges, slice_blocks
+from shardpipe.storage.ranges import coalesce_ranges, slice_blocks
 
 
 def test_coalesce_ranges_merges_neighbours_within_the_gap_and_block() -> None:

@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
 
-from shardpipe import file_list
 from shardpipe.cli import main
+from shardpipe.sources import file_list
+from testkit.ray_cluster import token_auth, two_node_cluster
 from tests.datagen import make_tree
-from tests.ray_cluster import token_auth, two_node_cluster
 
 pytestmark = pytest.mark.timeout(300)
 OPTIONS = ["--labels", "dirname", "--split", "train=0.8,val=0.2", "--max-samples", "6", "-q"]

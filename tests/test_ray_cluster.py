@@ -19,13 +19,14 @@ import pytest
 from shardpipe.errors import DataError
 from shardpipe.formats import get_format
 from shardpipe.manifest import MANIFEST_NAME, ShardEntry, load_manifest
-from shardpipe.pack import PackOptions, pack
-from shardpipe.plan import ShardJob, plan_jobs
-from shardpipe.ray_engine import RayExecutor, check_visible
+from shardpipe.packing import PackOptions, pack
+from shardpipe.packing.plan import ShardJob, plan_jobs
+from shardpipe.packing.ray_engine import RayExecutor, check_visible
+from shardpipe.packing.write import write_shard
 from shardpipe.sources import SampleTable, scan_source
-from shardpipe.write import write_shard
+from shardpipe.storage import Store, open_store
+from testkit.ray_cluster import Cluster, token_auth, two_node_cluster
 from tests.datagen import make_tree
-from tests.ray_cluster import Cluster, token_auth, two_node_cluster
 
 pytestmark = pytest.mark.timeout(240)
 WAIT_S = 90.0
@@ -41,7 +42,7 @@ def node_after(seconds: float) -> str:
     return node
 
 
-def write_shard_killed_once(folder: str, job: ShardJob, out: Path, format_name: str) -> ShardEntry:
+def write_shard_killed_once(folder: str, job: ShardJob, out: Store, format_name: str) -> ShardEntry:
     """``write_shard``, except that the first attempt at the first shard blocks until the test kills it."""
     if job.relpath.endswith("shard-000000.tar"):
         try:
@@ -118,10 +119,11 @@ def pack_on_ray(
     scan = scan_source(src, labels=options.labels, pool=engine)
     jobs = plan_jobs(scan.table, get_format(options.format).suffix, options)
     out.mkdir()
+    store = open_store(out)
     if folder is None:
-        futures = [engine.submit(write_shard, job, out, options.format) for job in jobs]
+        futures = [engine.submit(write_shard, job, store, options.format) for job in jobs]
     else:
-        futures = [engine.submit(write_shard_killed_once, folder, job, out, options.format) for job in jobs]
+        futures = [engine.submit(write_shard_killed_once, folder, job, store, options.format) for job in jobs]
     return [f.result(timeout=WAIT_S * 2) for f in futures]
 
 

@@ -17,12 +17,12 @@ import psutil
 import pytest
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.pack import PackOptions, pack
-from shardpipe.ray_engine import MAX_RETRIES, RayExecutor, TaskLostError, check_visible
+from shardpipe.packing import PackOptions, pack
+from shardpipe.packing.ray_engine import MAX_RETRIES, RayExecutor, TaskLostError, check_visible
 from shardpipe.storage import open_store
+from testkit.ray_cluster import free_port, local_ray_processes, token_auth
+from testkit.servers import S3Server
 from tests.datagen import make_tree
-from tests.ray_cluster import free_port, local_ray_processes, token_auth
-from tests.servers import S3Server
 
 pytestmark = pytest.mark.timeout(180)
 WAIT_S = 60.0
@@ -41,7 +41,7 @@ def raise_data(message: str) -> None:
 
 
 def raise_corrupt() -> None:
-    raise CorruptShardError("train/shard-000003.tar", "bad header", sample_index=7)
+    raise CorruptShardError.at("train/shard-000003.tar", "bad header", sample_index=7)
 
 
 def count_and_raise(log: str) -> None:

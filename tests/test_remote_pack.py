@@ -20,11 +20,11 @@ from click.testing import CliRunner, Result
 from shardpipe.cli import main
 from shardpipe.errors import DataError
 from shardpipe.manifest import load_manifest
-from shardpipe.output import JOURNAL_NAME
-from shardpipe.pack import PackOptions, pack
+from shardpipe.packing import PackOptions, pack, pipeline
+from shardpipe.packing.output import JOURNAL_NAME
 from shardpipe.storage import Store, open_store
+from testkit.servers import Faults, S3Server
 from tests.datagen import make_tree
-from tests.servers import Faults, S3Server
 from tests.test_pack import PicklingExecutor
 
 
@@ -111,7 +111,7 @@ def test_verify_finds_a_corrupted_object(tmp_path: Path, s3: S3Server, s3_root: 
     opts = PackOptions(format="tar", max_samples=10)
     with PicklingExecutor() as executor:  # the upload task and its store travel through pickle
         pack(tmp_path / "src", s3_root, opts, quiet=True, storage_options=options, executor=executor)
-    assert executor.tasks.count("shardpipe.store_output.write_and_upload") == 3
+    assert executor.tasks.count("shardpipe.packing.write.write_shard") == 3
     store = open_store(s3_root, storage_options=options)
     data = bytearray(store.read("train/shard-000001.tar"))
     data[700] ^= 0xFF
@@ -269,22 +269,20 @@ def test_no_secret_reaches_output_logs_journal_or_manifest(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from shardpipe import store_output
-
     make_tree(tmp_path / "src", 30)
     flags = [f.replace("testing-secret-value", SECRET) for f in cli_options(s3)]
     flags += ["--storage-option", f"token={SECRET}"]  # moto checks neither
     store = open_store(s3_root, storage_options={**s3.storage_options(), "secret": SECRET})
     args = ["--format", "tar", "--max-samples", "5"]
     outputs = []
-    original = store_output.write_and_upload
+    original = pipeline.write_shard
 
     def fail_on_third(job, *rest):  # type: ignore[no-untyped-def]
         if job.relpath.endswith("000003.tar"):
             raise DataError(f"injected failure near {s3_root}, options {SECRET}")
         return original(job, *rest)
 
-    monkeypatch.setattr(store_output, "write_and_upload", fail_on_third)
+    monkeypatch.setattr(pipeline, "write_shard", fail_on_third)
     failed = run("pack", tmp_path / "src", s3_root, *args, *flags)
     assert failed.exit_code == 1 and "options ***" in failed.output, failed.output
     journal = store.read(JOURNAL_NAME).decode()

@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardpipe import sources
 from shardpipe.errors import DataError, UsageError
-from shardpipe.sources import IncompleteSamplesError, Scan, scan_source
+from shardpipe.sources import IncompleteSamplesError, Scan, scan_source, tree
 from tests.datagen import make_tree
 
 
@@ -43,7 +42,7 @@ def test_pool_scan_equals_serial_scan_and_walks_like_os_walk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     expected = _tree(tmp_path)
-    monkeypatch.setattr(sources, "_CHUNK", 5)  # folders split over several tasks
+    monkeypatch.setattr(tree, "_CHUNK", 5)  # folders split over several tasks
     serial = scan_source(tmp_path / "top", skip_incomplete=True)
     with ProcessPoolExecutor(2) as pool:
         pooled = scan_source(tmp_path / "top", skip_incomplete=True, pool=pool)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from shardpipe.errors import UsageError
-from shardpipe.split import assign_splits, parse_split, split_key
+from shardpipe.packing.split import assign_splits, parse_split
+from shardpipe.sources.tree import split_key
 
 
 @pytest.mark.parametrize(

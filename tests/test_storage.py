@@ -13,8 +13,6 @@ import gcsfs
 import pytest
 
 from shardpipe.errors import CorruptShardError, UsageError
-from shardpipe.fsspec_store import FsspecStore
-from shardpipe.local_store import LocalStore
 from shardpipe.storage import (
     AccessDeniedError,
     ObjectNotFoundError,
@@ -28,7 +26,9 @@ from shardpipe.storage import (
     scrub,
     split_url,
 )
-from tests.servers import Faults, HTTPServer, S3Server
+from shardpipe.storage.local import LocalStore
+from shardpipe.storage.remote import FsspecStore
+from testkit.servers import Faults, HTTPServer, S3Server
 
 PAYLOAD = bytes(range(256)) * 64  # 16 KiB, every byte value at every offset mod 256
 #: Short timeouts so an injected slow answer becomes a timeout, and quick backoff, for the fault tests.

@@ -10,12 +10,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from loaders.sync import (
+from loaders.distributed.sync import (
     epoch_barrier,
     guarded,
     validate_dataloader_sync,
 )
-from tests.distributed import RankFailedError, RankHangError, run_ranks
+from testkit.distributed import RankFailedError, RankHangError, run_ranks
 
 GUARD_TIMEOUT = 2.0  # seconds the guard waits; the tests check that errors arrive soon after it
 

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from loaders import Batch, RaggedBytes, ShardedDataset, ShardedLoader, collate_samples, make_loader
-from loaders import transport as tp
-from loaders.planner import worker_sample_counts
-from loaders.transport import (
+from loaders.planning.planner import worker_sample_counts
+from loaders.transfer import transport as tp
+from loaders.transfer.transport import (
     Ring,
     RingBatch,
     RingSender,

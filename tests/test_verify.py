@@ -12,7 +12,7 @@ from shardpipe.errors import DataError
 from shardpipe.formats import get_format
 from shardpipe.formats.layout import ShardIndex
 from shardpipe.manifest import load_manifest
-from shardpipe.verify import verify
+from shardpipe.tools.verify import verify
 from tests.datagen import pack_dataset
 from tests.v1data import downgrade_to_v1
 

@@ -9,7 +9,7 @@ import pytest
 import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset
 
-from loaders.world import get_worker, get_world
+from loaders.distributed.world import get_worker, get_world
 
 
 @pytest.fixture(autouse=True)

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from shardpipe import write
 from shardpipe.formats import get_format
 from shardpipe.formats.layout import ShardIndex
-from shardpipe.manifest import sha256_file
-from shardpipe.plan import PackOptions, ShardJob, plan_jobs
+from shardpipe.packing import PackOptions, write
+from shardpipe.packing.plan import ShardJob, plan_jobs
+from shardpipe.packing.write import SourceFileError, write_shard
 from shardpipe.sources import scan_source
-from shardpipe.write import SourceFileError, write_shard
+from shardpipe.storage import open_store
+from shardpipe.storage.files import sha256_file
 from tests.datagen import make_tree
 
 
@@ -28,7 +29,7 @@ def test_entry_describes_the_shard_written(tmp_path: Path, fmt: str, monkeypatch
     expected = make_tree(tmp_path / "src", 30, size=300)
     monkeypatch.setattr(write, "BATCH_BYTES", 1000)  # several batches per shard, one reused buffer
     (job,) = _jobs(tmp_path / "src", fmt)
-    entry = write_shard(job, tmp_path / "out", fmt)
+    entry = write_shard(job, open_store(tmp_path / "out"), fmt)
     shard = tmp_path / "out" / job.relpath
     assert entry.path == job.relpath and entry.num_samples == 30
     assert entry.num_bytes == shard.stat().st_size and entry.sha256 == sha256_file(shard)
@@ -47,9 +48,10 @@ def test_job_pickles_and_any_process_writes_the_same_shard(tmp_path: Path) -> No
     make_tree(tmp_path / "src", 40)
     jobs = _jobs(tmp_path / "src", max_samples=15)
     assert len(jobs) == 3
-    here = [write_shard(job, tmp_path / "here", "tar") for job in jobs]
+    here = [write_shard(job, open_store(tmp_path / "here"), "tar") for job in jobs]
     with ProcessPoolExecutor(2) as pool:
-        there = list(pool.map(write_shard, jobs, [tmp_path / "there"] * 3, ["tar"] * 3, timeout=60))
+        there_store = [open_store(tmp_path / "there")] * 3
+        there = list(pool.map(write_shard, jobs, there_store, ["tar"] * 3, timeout=60))
     assert there == here
     assert pickle.loads(pickle.dumps(jobs[0])).samples.keys == jobs[0].samples.keys
     for entry in here:
@@ -64,7 +66,7 @@ def test_file_changed_since_the_scan_is_named(tmp_path: Path) -> None:
     with pytest.raises(
         SourceFileError, match=r"00001\.txt changed while packing: scanned 101 bytes, read 102"
     ):
-        write_shard(job, tmp_path / "out", "tar")
+        write_shard(job, open_store(tmp_path / "out"), "tar")
     assert not list((tmp_path / "out").rglob("*.tar*"))
 
 
@@ -73,7 +75,7 @@ def test_unreadable_file_is_named_and_the_error_pickles(tmp_path: Path) -> None:
     (job,) = _jobs(tmp_path / "src")
     (tmp_path / "src" / "cls0" / "00000.bin").unlink()
     with pytest.raises(SourceFileError) as caught:
-        write_shard(job, tmp_path / "out", "lmdb")
+        write_shard(job, open_store(tmp_path / "out"), "lmdb")
     error = caught.value
     assert not error.changed and error.path.endswith("cls0/00000.bin")
     assert "'cls0/00000'" in str(error) and "train/shard-000000.tar" in str(error)

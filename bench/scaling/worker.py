@@ -28,8 +28,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from bench.scaling.model import CommTimer, build_mlp, synthetic_batches, timed_allreduce_hook, to_inputs
 from loaders import ShardedDataset, make_loader
+from loaders.distributed.sync import validate_dataloader_sync
 from loaders.monitor import InputMonitor
-from loaders.sync import validate_dataloader_sync
 
 PARTS = ("prepare", "forward", "backward", "allreduce", "optimizer")
 

@@ -24,9 +24,9 @@ import numpy as np
 
 from bench import lmdb_loop
 from bench.data import packer_fingerprint
+from shardpipe import PackOptions, pack
 from shardpipe.manifest import load_manifest
-from shardpipe.pack import PackOptions, pack
-from shardpipe.split import split_key
+from shardpipe.sources.tree import split_key
 
 DATA_VERSION = 2
 PACKS = ("sorted", "hashed")

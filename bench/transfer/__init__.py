@@ -7,9 +7,9 @@ prefetch 4, ``batch_size=None``, no conversion in the worker):
 
 - ``pipe-64k``: the batch pickled into the worker's result pipe at the kernel's default pipe size;
 - ``pipe-1m``: the same with the pipe enlarged to 1 MiB (``F_SETPIPE_SZ``), as ``make_loader`` does;
-- ``ring``: the loaders' own shared-memory ring (``loaders.transport``: ``RingSender`` as the collate_fn,
-  slots sized and counted as ``make_loader`` does, the 1 MiB pipe for the descriptors). The worker copies
-  each field's bytes into its next free slot and sends a small descriptor through the pipe; the main
+- ``ring``: the loaders' own shared-memory ring (``loaders.transfer.transport``: ``RingSender`` as the
+  collate_fn, slots sized and counted as ``make_loader`` does, the 1 MiB pipe for the descriptors). The worker
+  copies each field's bytes into its next free slot and sends a small descriptor through the pipe; the main
   process copies the bytes out while unpickling the descriptor and frees the slot;
 - ``floor``: a one-sample, 16-byte batch through the 1 MiB pipe: the fixed per-batch cost of the DataLoader's
   task and result queues and process switches, which no transport of the bytes can remove.

@@ -25,7 +25,8 @@ import numpy as np
 import xxhash
 
 from shardpipe.errors import DataError
-from shardpipe.formats import Column, ColumnsOut, Fields, bytecolumn
+from shardpipe.formats import bytecolumn
+from shardpipe.formats.base import Column, ColumnsOut, Fields
 from shardpipe.formats.bytecolumn import ByteColumn
 
 VERSION = 2
@@ -51,7 +52,7 @@ class FramingError(DataError):
 class RecordError(FramingError):
     """Record ``position`` of a :func:`decode_many` call is damaged."""
 
-    def __init__(self, position: int, message: str) -> None:
+    def __init__(self, message: str, *, position: int = -1) -> None:
         super().__init__(message)
         self.position = position
 
@@ -233,7 +234,7 @@ def _decode_each(
         try:
             key, sample = decode(record, version=version, check=check)
         except FramingError as exc:
-            raise RecordError(position, str(exc)) from exc
+            raise RecordError(str(exc), position=position) from exc
         keys.append(key)
         for name, values in fields.items():
             values.append(sample.get(name))

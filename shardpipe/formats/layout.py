@@ -29,7 +29,7 @@ import numpy as np
 import xxhash
 
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats import INDEX_VERSION, ColumnsOut
+from shardpipe.formats.base import INDEX_VERSION, ColumnsOut
 from shardpipe.formats.bytecolumn import ByteColumn, gather, texts
 
 INDEX_VERSIONS = (1, 2)
@@ -270,7 +270,7 @@ def check_spans(view: memoryview, rows: Rows, start: int, base: int, shard: str)
     for i in range(len(rows) - 1):
         row, a = rows[i], rows[i][OFFSET] - base
         if checksum(view[a : rows[i + 1][OFFSET] - base]) != row[CHECKSUM]:
-            raise CorruptShardError(
+            raise CorruptShardError.at(
                 shard, "sample bytes differ from their checksum", sample_index=start + i, offset=base + a
             )
 
@@ -297,7 +297,7 @@ def cut_samples(
         try:
             key = str(view[row[KEY_START] - base : row[KEY_STOP] - base], "utf-8")
         except UnicodeDecodeError as exc:
-            raise CorruptShardError(shard, f"key is not UTF-8: {exc}", sample_index=start + i) from None
+            raise CorruptShardError.at(shard, f"key is not UTF-8: {exc}", sample_index=start + i) from None
         out.append((key, sample))
     return out
 
@@ -321,7 +321,7 @@ def cut_columns(
         try:
             keys.append(str(view[row[KEY_START] - base : row[KEY_STOP] - base], "utf-8"))
         except UnicodeDecodeError as exc:
-            raise CorruptShardError(shard, f"key is not UTF-8: {exc}", sample_index=start + i) from None
+            raise CorruptShardError.at(shard, f"key is not UTF-8: {exc}", sample_index=start + i) from None
         for values, column in columns:
             a = row[column]
             values.append(None if a == NO_SPAN else view[a - base : row[column + 1] - base].tobytes())
@@ -339,7 +339,7 @@ def cut_rows(
 
     def corrupt(i: int, detail: str, offset: int | None = None) -> CorruptShardError:
         shard, sample = locate(i)
-        return CorruptShardError(shard, detail, sample_index=sample, offset=offset)
+        return CorruptShardError.at(shard, detail, sample_index=sample, offset=offset)
 
     def at(column: int) -> np.ndarray:  # a column's offsets in ``view``
         offsets: np.ndarray = rows[:, column].astype(np.int64) + shift

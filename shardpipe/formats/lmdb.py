@@ -31,7 +31,8 @@ import lmdb
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.formats import Column, ColumnsOut, Fields, Offsets, RemoteBytes, ShardReader, framing
+from shardpipe.formats import framing
+from shardpipe.formats.base import FORMAT_INFO, Column, ColumnsOut, Fields, Offsets, RemoteBytes, ShardReader
 from shardpipe.formats.layout import (
     KEY_START,
     KEY_STOP,
@@ -160,7 +161,7 @@ def _acquire(path: Path) -> tuple[lmdb.Environment, tuple[int, int], int]:
     try:
         env = _open(path, readonly=True, readahead=True, max_spare_txns=1)
     except lmdb.Error as exc:
-        raise CorruptShardError(shard, f"cannot open LMDB environment: {exc}") from exc
+        raise CorruptShardError.at(shard, f"cannot open LMDB environment: {exc}") from exc
     try:
         _check_complete(env, stat.st_size, shard)
     except BaseException:
@@ -186,9 +187,9 @@ def _check_complete(env: lmdb.Environment, file_size: int, shard: str) -> None:
     try:
         needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
     except lmdb.Error as exc:
-        raise CorruptShardError(shard, f"unreadable LMDB metadata: {exc}") from exc
+        raise CorruptShardError.at(shard, f"unreadable LMDB metadata: {exc}") from exc
     if file_size < needed:
-        raise CorruptShardError(shard, f"truncated: {file_size:,} bytes, its pages need {needed:,}")
+        raise CorruptShardError.at(shard, f"truncated: {file_size:,} bytes, its pages need {needed:,}")
 
 
 def _run_at(runs: Iterable[tuple[int, int]], position: int) -> tuple[int, int]:
@@ -222,10 +223,10 @@ class LmdbReader:
                 count, version = (_small(txn.get(k)) for k in (COUNT_KEY, VERSION_KEY))
         except lmdb.Error as exc:
             self.close()
-            raise CorruptShardError(shard, f"LMDB: {exc}") from exc
+            raise CorruptShardError.at(shard, f"LMDB: {exc}") from exc
         if not count.isdigit() or not version.isdigit() or int(version) not in framing.VERSIONS:
             self.close()
-            raise CorruptShardError(shard, f"bad metadata: count {count!r}, framing version {version!r}")
+            raise CorruptShardError.at(shard, f"bad metadata: count {count!r}, framing version {version!r}")
         self.num_samples = int(count)
         self._version = int(version)
         self._check = check
@@ -250,7 +251,7 @@ class LmdbReader:
                         yield self._decode(record, _run_at(runs, position)[1])
                         position += 1
         except lmdb.Error as exc:
-            raise CorruptShardError(self._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
+            raise CorruptShardError.at(self._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
 
     def _pieces(
         self, txn: lmdb.Transaction, runs: Sequence[tuple[int, int]]
@@ -263,11 +264,13 @@ class LmdbReader:
             for first in range(start, stop, _PIECE_RECORDS):
                 last = min(stop, first + _PIECE_RECORDS)
                 if not cursor.set_key(_INDEX.pack(first)):
-                    raise CorruptShardError(shard, "no record under this index", sample_index=first)
+                    raise CorruptShardError.at(shard, "no record under this index", sample_index=first)
                 had = len(piece)
                 piece += islice(cursor.iternext(keys=False, values=True), last - first)
                 if len(piece) - had != last - first or _small(cursor.key()) != _INDEX.pack(last - 1):
-                    raise CorruptShardError(shard, "records are missing or out of order", sample_index=first)
+                    raise CorruptShardError.at(
+                        shard, "records are missing or out of order", sample_index=first
+                    )
                 if len(piece) >= _PIECE_RECORDS:
                     yield piece, self._sizes(piece, runs, position)
                     position, piece = position + len(piece), []
@@ -282,7 +285,7 @@ class LmdbReader:
         if max(sizes) > self._file_size:
             at = next(i for i, size in enumerate(sizes) if size > self._file_size)
             detail = f"record of {sizes[at]:,} bytes"
-            raise CorruptShardError(self._shard, detail, sample_index=_run_at(runs, position + at)[1])
+            raise CorruptShardError.at(self._shard, detail, sample_index=_run_at(runs, position + at)[1])
         return sizes
 
     def _check_runs(self, runs: Sequence[tuple[int, int]]) -> None:
@@ -297,15 +300,15 @@ class LmdbReader:
         for start, stop in runs:
             if not 0 <= start <= stop <= self.num_samples:
                 detail = f"samples [{start}, {stop}) requested, the shard holds '{self.num_samples}'"
-                raise CorruptShardError(shard, detail, sample_index=min(max(start, 0), self.num_samples))
+                raise CorruptShardError.at(shard, detail, sample_index=min(max(start, 0), self.num_samples))
 
     def _decode(self, value: bytes | memoryview, index: int) -> tuple[str, Fields]:
         if len(value) > self._file_size:  # a damaged length: never touch bytes past the file
-            raise CorruptShardError(self._shard, f"record of {len(value):,} bytes", sample_index=index)
+            raise CorruptShardError.at(self._shard, f"record of {len(value):,} bytes", sample_index=index)
         try:
             return framing.decode(value, version=self._version, check=self._check)
         except framing.FramingError as exc:
-            raise CorruptShardError(self._shard, str(exc), sample_index=index) from exc
+            raise CorruptShardError.at(self._shard, str(exc), sample_index=index) from exc
 
     def scan(self) -> tuple[list[str], list[SampleLayout], int]:
         """Decode (and check) every record in key order, as the writer's ``close()`` describes them."""
@@ -320,15 +323,15 @@ class LmdbReader:
                         continue
                     if raw != _INDEX.pack(len(keys)):
                         detail = f"unexpected key {raw!r}"
-                        raise CorruptShardError(shard, detail, sample_index=len(keys))
+                        raise CorruptShardError.at(shard, detail, sample_index=len(keys))
                     key, fields = self._decode(value, len(keys))
                     layouts.append(SampleLayout(len(keys), None, dict.fromkeys(fields)))
                     keys.append(key)
         except lmdb.Error as exc:
-            raise CorruptShardError(shard, f"LMDB: {exc}", sample_index=len(keys)) from exc
+            raise CorruptShardError.at(shard, f"LMDB: {exc}", sample_index=len(keys)) from exc
         if self.num_samples != len(keys):
             detail = f"{COUNT_KEY!r} says {self.num_samples}, found {len(keys)} records"
-            raise CorruptShardError(shard, detail)
+            raise CorruptShardError.at(shard, detail)
         return keys, layouts, len(keys)
 
     def close(self) -> None:
@@ -344,9 +347,9 @@ class LmdbReader:
 
 
 class LmdbFormat:
-    name = "lmdb"
-    suffix = ".lmdb"
-    needs_index = False
+    name = FORMAT_INFO["lmdb"].name
+    suffix = FORMAT_INFO["lmdb"].suffix
+    needs_index = FORMAT_INFO["lmdb"].needs_index
 
     def open_writer(self, path: Path) -> LmdbWriter:
         return LmdbWriter(path)
@@ -435,14 +438,14 @@ def _decode_parts(
                     joined[start:end] = b"".join(piece)
                     sizes += lengths
             except lmdb.Error as exc:
-                raise CorruptShardError(reader._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
+                raise CorruptShardError.at(reader._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
         try:
             if sizes:
                 return framing.decode_joined(joined, sizes, names, version=version, check=check, order=order)
             return framing.decode_many(views, names, version=version, check=check, order=order)
         except framing.RecordError as exc:
             run, sample = _run_at(((start, stop) for _, start, stop in parts), exc.position)
-            raise CorruptShardError(parts[run][0]._shard, str(exc), sample_index=sample) from exc
+            raise CorruptShardError.at(parts[run][0]._shard, str(exc), sample_index=sample) from exc
 
 
 FORMAT = LmdbFormat()

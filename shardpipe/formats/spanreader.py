@@ -21,7 +21,7 @@ from typing import TypeVar, cast
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.formats import ColumnsOut, Fields, Offsets, RemoteBytes, ShardReader
+from shardpipe.formats.base import ColumnsOut, Fields, Offsets, RemoteBytes, ShardReader
 from shardpipe.formats.layout import (
     OFFSET,
     Rows,
@@ -90,7 +90,7 @@ class SpanReader:
         end = int(index[len(index) - 1])
         if remote is not None:
             if remote.size < end:
-                raise CorruptShardError(
+                raise CorruptShardError.at(
                     self._shard, f"object is {remote.size:,} bytes, its index ends at {end:,}"
                 )
             self._fd = -1
@@ -156,7 +156,7 @@ class SpanReader:
         num_samples = len(self._index) - 1
         if not 0 <= start <= stop <= num_samples:
             detail = f"samples [{start}, {stop}) requested, the shard holds {num_samples}"
-            raise CorruptShardError(self._shard, detail, sample_index=min(max(start, 0), num_samples))
+            raise CorruptShardError.at(self._shard, detail, sample_index=min(max(start, 0), num_samples))
 
     def _pread(self, base: int, size: int, sample_index: int) -> memoryview:
         """``size`` bytes from ``base`` into the reused buffer (or as fetched from a remote shard)."""
@@ -165,7 +165,7 @@ class SpanReader:
             if data is None or len(data) != size:
                 data = self._remote.read_ranges([(base, base + size)])[0]
             if len(data) != size:
-                raise CorruptShardError(
+                raise CorruptShardError.at(
                     self._shard, "object ends inside the span", sample_index=sample_index, offset=base
                 )
             return memoryview(data)
@@ -173,7 +173,7 @@ class SpanReader:
         if not self._closer.alive:
             raise UsageError(f"the reader of {self._shard} is closed")
         if os.preadv(self._fd, [view], base) != size:
-            raise CorruptShardError(
+            raise CorruptShardError.at(
                 self._shard, "file ends inside the span", sample_index=sample_index, offset=base
             )
         return view
@@ -216,7 +216,7 @@ class SpanReader:
                 if exc.sample_index is not None or exc.offset is None:
                     raise
                 at = start + bisect_right(bounds, exc.offset) - 1  # the sample holding the byte
-                raise CorruptShardError(shard, exc.detail, sample_index=at, offset=exc.offset) from exc
+                raise CorruptShardError.at(shard, exc.detail, sample_index=at, offset=exc.offset) from exc
             yield result
             first = last
 
@@ -279,7 +279,9 @@ def _open_checked(path: Path, end: int) -> int:
     size = os.fstat(fd).st_size
     if size < end:
         os.close(fd)
-        raise CorruptShardError(shard, f"file is {size:,} bytes, its index ends at byte {end:,} (truncated?)")
+        raise CorruptShardError.at(
+            shard, f"file is {size:,} bytes, its index ends at byte {end:,} (truncated?)"
+        )
     return fd
 
 
@@ -342,7 +344,7 @@ def read_across(
         if size and (got := os.preadv(reader._fd, [view[at : at + size]], base)) != size:
             offsets = indexes[reader].offsets[start : stop + 1]
             cut = start + int(np.searchsorted(offsets, base + got, side="right")) - 1  # the sample it cuts
-            raise CorruptShardError(
+            raise CorruptShardError.at(
                 reader._shard, "file ends inside the sample", sample_index=cut, offset=base + got
             )
         at += size

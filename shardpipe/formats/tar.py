@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats import WRITE_BUFFER, Column, Fields, Offsets, RemoteBytes
+from shardpipe.formats.base import FORMAT_INFO, WRITE_BUFFER, Column, Fields, Offsets, RemoteBytes
 from shardpipe.formats.layout import (
     CHECKSUM,
     KEY_START,
@@ -214,7 +214,7 @@ class TarReader(SpanReader):
         )
         if len(samples) != count:
             detail = f"span holds {len(samples)} samples, the index says {count}"
-            raise CorruptShardError(shard, detail, sample_index=start, offset=base)
+            raise CorruptShardError.at(shard, detail, sample_index=start, offset=base)
         return [(key, fields) for key, fields, _ in samples]
 
 
@@ -226,14 +226,16 @@ def _check_member_headers(
     present = data_starts != NO_SPAN
     headers = data_starts - np.uint64(BLOCK)  # wraps below zero: caught by the first test
     if (present & ((data_starts < BLOCK) | (headers < index.offsets[start:stop, None]))).any():
-        raise CorruptShardError(shard, "the index puts a member's data before its header", sample_index=start)
+        raise CorruptShardError.at(
+            shard, "the index puts a member's data before its header", sample_index=start
+        )
     verify_checksums(view, (headers[present] - base).tolist(), shard, base)
 
 
 class TarFormat(SpanFormat):
-    name = "tar"
-    suffix = ".tar"
-    needs_index = True
+    name = FORMAT_INFO["tar"].name
+    suffix = FORMAT_INFO["tar"].suffix
+    needs_index = FORMAT_INFO["tar"].needs_index
 
     def open_writer(self, path: Path) -> TarWriter:
         return TarWriter(path)
@@ -260,7 +262,7 @@ class TarFormat(SpanFormat):
         if len(set(keys)) != len(keys):
             index = next(i for i, key in enumerate(keys) if key in keys[:i])
             detail = f"key {keys[index]!r} appears twice: members of a sample must be consecutive"
-            raise CorruptShardError(shard, detail, sample_index=index, offset=samples[index][2].offset)
+            raise CorruptShardError.at(shard, detail, sample_index=index, offset=samples[index][2].offset)
         return keys, [layout for _, _, layout in samples], end
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from shardpipe.errors import CorruptShardError
-from shardpipe.formats import Fields
+from shardpipe.formats.base import Fields
 from shardpipe.formats.layout import SampleLayout, Span
 
 BLOCK = 512
@@ -174,7 +174,7 @@ def parse(
             verify_checksums(buf, [h for h in walked if h + BLOCK <= len(buf)], shard, base)
         at = exc.pos if isinstance(exc, BadHeaderError) else (walked[-1] if walked else 0)
         detail = str(exc) if isinstance(exc, BadHeaderError) else f"malformed header: {exc}"
-        raise CorruptShardError(
+        raise CorruptShardError.at(
             shard, detail, sample_index=first_index + len(samples), offset=base + at
         ) from None
     if check_headers:
@@ -245,4 +245,4 @@ def verify_checksums(buf: memoryview, headers: list[int], shard: str, base: int)
         except ValueError:
             value = -1
         if value not in (unsigned, signed):
-            raise CorruptShardError(shard, "tar header checksum mismatch", offset=base + pos)
+            raise CorruptShardError.at(shard, "tar header checksum mismatch", offset=base + pos)

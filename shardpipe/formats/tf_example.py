@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
-from shardpipe.formats import Fields
+from shardpipe.formats.base import Fields
 from shardpipe.formats.layout import Span
 
 KEY_FEATURE = "__key__"

@@ -20,7 +20,7 @@ import numpy as np
 from crc32c import crc32c
 
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats import WRITE_BUFFER, Column, Fields, Offsets, RemoteBytes
+from shardpipe.formats.base import FORMAT_INFO, WRITE_BUFFER, Column, Fields, Offsets, RemoteBytes
 from shardpipe.formats.layout import (
     CHECKSUM,
     KEY_STOP,
@@ -145,15 +145,17 @@ def _records(
     pos, end, index = 0, len(buf), first_index
     while pos < end:
         if pos + 12 > end:
-            raise CorruptShardError(shard, "truncated record header", sample_index=index, offset=base + pos)
+            raise CorruptShardError.at(
+                shard, "truncated record header", sample_index=index, offset=base + pos
+            )
         length, length_crc = _HEADER.unpack_from(buf, pos)
         if check and masked_crc(buf[pos : pos + 8]) != length_crc:
-            raise CorruptShardError(shard, "length CRC mismatch", sample_index=index, offset=base + pos)
+            raise CorruptShardError.at(shard, "length CRC mismatch", sample_index=index, offset=base + pos)
         data, data_end = pos + 12, pos + 12 + length
         if data_end + 4 > end:
-            raise CorruptShardError(shard, "truncated record", sample_index=index, offset=base + pos)
+            raise CorruptShardError.at(shard, "truncated record", sample_index=index, offset=base + pos)
         if check and masked_crc(buf[data:data_end]) != _CRC.unpack_from(buf, data_end)[0]:
-            raise CorruptShardError(shard, "data CRC mismatch", sample_index=index, offset=base + pos)
+            raise CorruptShardError.at(shard, "data CRC mismatch", sample_index=index, offset=base + pos)
         yield pos, data, data_end
         pos, index = data_end + 4, index + 1
 
@@ -164,7 +166,7 @@ def _decode(
     try:
         return decode_example(buf, data, end, f"{stem}/{index:08d}")
     except (ValueError, IndexError, struct.error) as exc:  # UnicodeDecodeError is a ValueError
-        raise CorruptShardError(
+        raise CorruptShardError.at(
             shard, f"bad tf.train.Example: {exc}", sample_index=index, offset=offset
         ) from exc
 
@@ -189,14 +191,14 @@ class TfrecordReader(SpanReader):
         ]
         if len(out) != count:
             detail = f"span holds {len(out)} records, index says {count}"
-            raise CorruptShardError(shard, detail, sample_index=start, offset=base)
+            raise CorruptShardError.at(shard, detail, sample_index=start, offset=base)
         return out
 
 
 class TfrecordFormat(SpanFormat):
-    name = "tfrecord"
-    suffix = ".tfrecord"
-    needs_index = True
+    name = FORMAT_INFO["tfrecord"].name
+    suffix = FORMAT_INFO["tfrecord"].suffix
+    needs_index = FORMAT_INFO["tfrecord"].needs_index
 
     def open_writer(self, path: Path) -> TfrecordWriter:
         return TfrecordWriter(path)
@@ -238,7 +240,7 @@ def _check_framing(view: memoryview, index: ShardIndex, start: int, stop: int, b
     for i in range(stop - start):
         pos, data_end = bounds[i], bounds[i + 1] - 4
         if data_end < pos + 12:
-            raise CorruptShardError(shard, "record shorter than its framing", sample_index=start + i)
+            raise CorruptShardError.at(shard, "record shorter than its framing", sample_index=start + i)
         length, length_crc = _HEADER.unpack_from(view, pos)
         (data_crc,) = _CRC.unpack_from(view, data_end)
         problem = (
@@ -248,7 +250,7 @@ def _check_framing(view: memoryview, index: ShardIndex, start: int, stop: int, b
             else None
         )  # fmt: skip
         if problem:
-            raise CorruptShardError(shard, problem, sample_index=start + i, offset=base + pos)
+            raise CorruptShardError.at(shard, problem, sample_index=start + i, offset=base + pos)
 
 
 FORMAT = TfrecordFormat()

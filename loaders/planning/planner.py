@@ -1,0 +1,306 @@
+"""Epoch planner: which samples each (rank, worker) reads in one epoch, and in what order. Pure: no I/O.
+
+The plan depends only on (the epoch's sequence, config, epoch, rank, worker_index), so every rank computes
+its own share without talking to the others and a restarted job sees the same order on any machine.
+
+Rules, in order:
+1. Sequence. A fresh epoch reads the shards in the order ``SeedSequence([seed, epoch])`` permutes them
+   (stored order without shuffle), samples in stored order: N samples as ``runs``, rows of
+   ``(shard, start, stop)``. A resumed epoch plans the same way over the samples it has left
+   (``loaders.planning.elastic``).
+2. Ranks. ``per_rank`` is ceil(N / W) with "pad", floor(N / W) with "drop". Rank r takes the positions
+   [r * per_rank, (r + 1) * per_rank) of the sequence; a position p >= N reads position p mod N as a
+   flagged pad; with "drop" the tail N - W * per_rank is not read (a different tail each epoch).
+3. Blocks. With shuffle, the rank's share is cut at in-shard multiples of ``block_size`` and the blocks are
+   permuted by ``SeedSequence([seed, epoch, rank])``: every worker draws from across the rank's whole share,
+   so even a pack sorted by class mixes well. Each block is still one contiguous read.
+4. Workers. The rank's stream is cut into contiguous parts of ``worker_sample_counts`` samples (whole
+   batches), the same sizes on every rank, so every rank yields ceil(per_rank / batch_size) batches.
+5. Windows. A worker's part is cut into windows of ``shuffle_buffer`` samples. With shuffle, a window's
+   spans are read in shard and sample order (in one pass over its shards) and its samples yielded in a
+   permutation seeded by ``SeedSequence([seed, epoch, rank, worker, window])``. A worker holds one window
+   of samples at a time.
+
+Layout 1 (states saved before layout 2) cut the workers' parts before the blocks and permuted each
+worker's blocks with ``SeedSequence([seed, epoch, rank, worker])``; it is kept so those states resume.
+Seeds never come from time, pid or ``hash()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+Remainder = Literal["pad", "drop"]
+Runs = np.ndarray
+"""``(n, 3)`` int64 rows ``(shard, start, stop)``: samples [start, stop) of a shard, in reading order."""
+Blocks = np.ndarray
+"""``(n, 4)`` int64 rows ``(shard, start, stop, is_pad)``."""
+
+DEFAULT_BLOCK_SIZE = 4
+DEFAULT_SHUFFLE_BUFFER = 1024
+LAYOUTS = (1, 2)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Samples [start, stop) of shard ``shard_index``; a pad span holds only padding duplicates."""
+
+    shard_index: int
+    start: int
+    stop: int
+    is_pad: bool = False
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class PlanConfig:
+    """Everything but the sequence and (epoch, rank, worker) that shapes a plan; the same on all ranks."""
+
+    world_size: int
+    num_workers: int  # 0: the main process reads, planned as one worker
+    seed: int = 0
+    shuffle: bool = True
+    remainder: Remainder = "pad"
+    batch_size: int = 1
+    block_size: int = DEFAULT_BLOCK_SIZE  # longest contiguous read the shuffle keeps in one piece
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER  # samples per window: the memory bound per worker
+    layout: int = 2
+
+    def __post_init__(self) -> None:
+        _check_int("world_size", self.world_size, low=1)
+        _check_int("num_workers", self.num_workers, low=0)
+        _check_int("seed", self.seed, low=0)  # SeedSequence entropy must be non-negative
+        _check_int("batch_size", self.batch_size, low=1)
+        _check_int("block_size", self.block_size, low=1)
+        _check_int("shuffle_buffer", self.shuffle_buffer, low=1)
+        if self.remainder not in ("pad", "drop"):
+            raise ValueError(f"remainder must be 'pad' or 'drop', got {self.remainder!r}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+
+    @property
+    def num_readers(self) -> int:
+        """Workers that actually read per rank (num_workers 0 still means one reader)."""
+        return max(self.num_workers, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Spans read together, then yielded in ``permutation()`` order (read order when ``seed`` is None).
+
+    ``runs`` holds each span as ``[shard, start, stop, is_pad]`` plain ints: a window holds hundreds of
+    small spans, and the reading loop needs no object per span.
+    """
+
+    runs: list[list[int]]
+    seed: tuple[int, ...] | None
+
+    def __len__(self) -> int:
+        return sum(stop - start for _, start, stop, _ in self.runs)
+
+    @property
+    def spans(self) -> list[Span]:
+        return [Span(shard, start, stop, bool(pad)) for shard, start, stop, pad in self.runs]
+
+    def permutation(self) -> np.ndarray:
+        return window_permutation(self.seed, len(self))
+
+
+def window_permutation(seed: tuple[int, ...] | None, size: int) -> np.ndarray:
+    """The order a window of ``size`` samples is yielded in: read order without a seed."""
+    if seed is None:
+        return np.arange(size)
+    return np.random.default_rng(np.random.SeedSequence(list(seed))).permutation(size)
+
+
+def _check_int(name: str, value: object, *, low: int, high: int | None = None) -> None:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < low or (high is not None and value >= high):
+        bound = f"[{low}, {high})" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+
+
+def samples_per_rank(total: int, world_size: int, remainder: Remainder) -> int:
+    """Samples every rank reads: ceil(total / world_size) with pad, floor with drop."""
+    _check_int("total", total, low=0)
+    _check_int("world_size", world_size, low=1)
+    if remainder == "pad":
+        return -(-total // world_size)
+    if remainder == "drop":
+        return total // world_size
+    raise ValueError(f"remainder must be 'pad' or 'drop', got {remainder!r}")
+
+
+def worker_sample_counts(per_rank: int, num_workers: int, batch_size: int) -> list[int]:
+    """Split one rank's samples over workers in whole batches; the last non-empty worker gets the partial one.
+
+    The first ``num_batches % workers`` workers take one extra batch, so the sum over workers of
+    ceil(count / batch_size) is ceil(per_rank / batch_size), the fewest batches possible. The DataLoader
+    takes batches from workers round-robin, so batch j of a rank always comes from worker j % workers.
+    """
+    _check_int("per_rank", per_rank, low=0)
+    _check_int("num_workers", num_workers, low=0)
+    _check_int("batch_size", batch_size, low=1)
+    workers = max(num_workers, 1)
+    num_batches = -(-per_rank // batch_size)
+    base, extra = divmod(num_batches, workers)
+    counts = [(base + (w < extra)) * batch_size for w in range(workers)]
+    last = workers - 1 if base > 0 else extra - 1  # last worker holding any batch
+    if last >= 0:
+        counts[last] -= num_batches * batch_size - per_rank
+    return counts
+
+
+def shard_order(num_shards: int, config: PlanConfig, epoch: int) -> list[int]:
+    """The epoch's shard order; only (seed, epoch) seed it, so every rank agrees without communicating."""
+    _check_int("epoch", epoch, low=0)
+    if not config.shuffle:
+        return list(range(num_shards))
+    rng = np.random.default_rng(np.random.SeedSequence([config.seed, epoch]))
+    return [int(i) for i in rng.permutation(num_shards)]
+
+
+def epoch_runs(shard_sizes: Sequence[int], config: PlanConfig, epoch: int) -> Runs:
+    """A fresh epoch's sequence: every non-empty shard, whole, in the epoch's shard order."""
+    sizes = _sizes(shard_sizes)
+    order = [i for i in shard_order(len(sizes), config, epoch) if sizes[i] > 0]
+    runs = np.zeros((len(order), 3), dtype=np.int64)
+    runs[:, 0] = order
+    runs[:, 2] = [sizes[i] for i in order]
+    return runs
+
+
+def batches_per_rank(total: int, config: PlanConfig) -> int:
+    """Exact number of batches one rank's DataLoader yields for a sequence of ``total`` samples."""
+    per_rank = samples_per_rank(total, config.world_size, config.remainder)
+    counts = worker_sample_counts(per_rank, config.num_workers, config.batch_size)
+    return sum(-(-n // config.batch_size) for n in counts)
+
+
+def plan_windows(runs: Runs, config: PlanConfig, *, epoch: int, rank: int, worker_index: int) -> list[Window]:
+    """The windows this (rank, worker) reads over the sequence ``runs``, in reading order."""
+    _check_int("epoch", epoch, low=0)
+    _check_int("rank", rank, low=0, high=config.world_size)
+    _check_int("worker_index", worker_index, low=0, high=config.num_readers)
+    part = worker_part(runs, config, epoch=epoch, rank=rank, worker_index=worker_index)
+    windows = []
+    total, size = num_samples(part), config.shuffle_buffer
+    for index, begin in enumerate(range(0, total, size)):
+        rows = window_rows(part, begin, min(begin + size, total), config.shuffle)
+        windows.append(Window(rows.tolist(), window_seed(config, epoch, rank, worker_index, index)))
+    return windows
+
+
+def window_seed(
+    config: PlanConfig, epoch: int, rank: int, worker: int, window: int
+) -> tuple[int, ...] | None:
+    return (config.seed, epoch, rank, worker, window) if config.shuffle else None
+
+
+def plan_epoch(
+    shard_sizes: Sequence[int], config: PlanConfig, *, epoch: int, rank: int, worker_index: int
+) -> list[Span]:
+    """Spans this (rank, worker) reads in a fresh ``epoch``, in read order (windows one after another)."""
+    runs = epoch_runs(shard_sizes, config, epoch)
+    windows = plan_windows(runs, config, epoch=epoch, rank=rank, worker_index=worker_index)
+    return [span for window in windows for span in window.spans]
+
+
+def yield_order(windows: Sequence[Window]) -> list[tuple[int, int, bool]]:
+    """``(shard, sample, is_pad)`` in the order a worker yields them: each window read, then permuted."""
+    out: list[tuple[int, int, bool]] = []
+    for window in windows:
+        samples = [(s.shard_index, i, s.is_pad) for s in window.spans for i in range(s.start, s.stop)]
+        out += [samples[i] for i in window.permutation().tolist()]
+    return out
+
+
+def worker_part(runs: Runs, config: PlanConfig, *, epoch: int, rank: int, worker_index: int) -> Blocks:
+    """This worker's samples in reading order, windows not yet cut: ``(n, 4)`` block rows."""
+    worker = worker_index
+    total = num_samples(runs)
+    per_rank = samples_per_rank(total, config.world_size, config.remainder)
+    counts = worker_sample_counts(per_rank, config.num_workers, config.batch_size)
+    share = _rank_share(runs, total, rank * per_rank, (rank + 1) * per_rank)
+    first = sum(counts[:worker])
+    if config.layout == 1:  # the worker's contiguous part first, then its own blocks permuted
+        part = slice_rows(share, first, first + counts[worker])
+        return _permuted_blocks(part, config, [config.seed, epoch, rank, worker])
+    stream = _permuted_blocks(share, config, [config.seed, epoch, rank])
+    return slice_rows(stream, first, first + counts[worker])
+
+
+def _rank_share(runs: Runs, total: int, begin: int, end: int) -> Blocks:
+    """Positions [begin, end) of the sequence repeated without end; positions >= total are pads."""
+    flagged = np.column_stack([runs, np.zeros(len(runs), np.int64)])  # (runs, 4): not pads
+    pieces = [flagged[:0]]
+    position = begin
+    while position < end and total > 0:
+        cycle = position // total
+        stop = min(end, (cycle + 1) * total)
+        rows = slice_rows(flagged, position % total, stop - cycle * total)
+        rows[:, 3] = cycle > 0
+        pieces.append(rows)
+        position = stop
+    return np.concatenate(pieces)
+
+
+def _permuted_blocks(rows: Blocks, config: PlanConfig, entropy: list[int]) -> Blocks:
+    if not config.shuffle or len(rows) == 0:
+        return rows
+    blocks = _cut_blocks(rows, config.block_size)
+    rng = np.random.default_rng(np.random.SeedSequence(entropy))
+    return blocks[rng.permutation(len(blocks))]
+
+
+def _cut_blocks(rows: Blocks, block_size: int) -> Blocks:
+    """Cut rows at in-shard multiples of ``block_size``, so blocks are the same pieces in every epoch."""
+    first = rows[:, 1] // block_size
+    counts = (rows[:, 2] - 1) // block_size - first + 1  # (rows,) blocks each row touches
+    owner = np.repeat(np.arange(len(rows)), counts)  # (blocks,) the row each block comes from
+    block = first[owner] + np.arange(len(owner)) - np.repeat(np.cumsum(counts) - counts, counts)
+    out = rows[owner].copy()
+    out[:, 1] = np.maximum(out[:, 1], block * block_size)
+    out[:, 2] = np.minimum(out[:, 2], (block + 1) * block_size)
+    return out
+
+
+def slice_rows(rows: np.ndarray, begin: int, end: int) -> np.ndarray:
+    """Stream positions [begin, end) of ``rows`` (columns 1 and 2 are start and stop), rows cut to fit."""
+    lengths = rows[:, 2] - rows[:, 1]
+    ends = np.cumsum(lengths)  # (rows,) exclusive stream end of each row
+    first = int(np.searchsorted(ends, begin, side="right"))
+    last = int(np.searchsorted(ends, end, side="left"))  # the row holding position end - 1
+    if end <= begin or first >= len(rows):
+        return rows[:0].copy()
+    out = rows[first : last + 1].copy()
+    out[0, 1] += begin - (ends[first] - lengths[first])
+    out[-1, 2] -= ends[last] - end
+    return out
+
+
+def window_rows(part: Blocks, begin: int, end: int, shuffle: bool) -> Blocks:
+    """The spans of a window, positions [begin, end) of a worker's part, in reading order. Shuffled, that
+    is by shard then sample (the window's permutation decides the order samples are yielded in);
+    unshuffled, the part's own order, which is also the yield order."""
+    rows = slice_rows(part, begin, end)
+    return rows[np.lexsort((rows[:, 3], rows[:, 1], rows[:, 0]))] if shuffle else rows
+
+
+def num_samples(rows: np.ndarray) -> int:
+    return int((rows[:, 2] - rows[:, 1]).sum())
+
+
+def _sizes(shard_sizes: Sequence[int]) -> list[int]:
+    """Plain non-negative ints, so spans never carry numpy scalars into JSON state or logs."""
+    for index, size in enumerate(shard_sizes):
+        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 0:
+            raise ValueError(f"shard_sizes[{index}] must be a non-negative int, got {size!r}")
+    return [int(size) for size in shard_sizes]

@@ -1,0 +1,99 @@
+"""A window's samples as columns, and the two ways a worker hands them out: per sample or per batch.
+
+A window is read into columns (keys, one :mod:`~shardpipe.formats.bytecolumn` column per field, pad
+flags). The per-sample path builds a dict per sample (what decoders and transforms take); the batch path,
+used by ``make_loader`` when fields stay raw bytes, cuts the permuted columns straight into ``Batch``
+objects (one ``RaggedBytes`` per field), the same batches the DataLoader would have collated from the
+per-sample path, without a dict per sample or a collate call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from loaders.transfer.collate import Batch, RaggedBytes
+from shardpipe.errors import DataError
+from shardpipe.formats import bytecolumn
+from shardpipe.formats.bytecolumn import ByteColumn
+
+Sample = dict[str, object]
+
+
+@dataclass(slots=True)
+class Columns:
+    """Samples as columns: ``keys[i]``, ``fields[name][i]`` and ``pads[i]`` describe sample i."""
+
+    names: tuple[str, ...]
+    keys: list[str] = field(default_factory=list)
+    fields: dict[str, ByteColumn] = field(default_factory=dict)
+    """One :mod:`~shardpipe.formats.bytecolumn` column per field, ``None`` where a sample lacks the field
+    (foreign shards); such samples only travel one by one."""
+    pads: list[bool] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for name in self.names:
+            if name not in self.fields:
+                self.fields[name] = []
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @classmethod
+    def concat(cls, names: tuple[str, ...], pieces: Sequence[Columns]) -> Columns:
+        """The samples of ``pieces`` one after another (each field copied once, whatever the count)."""
+        joined = cls(names, [key for piece in pieces for key in piece.keys], {})
+        joined.pads = [pad for piece in pieces for pad in piece.pads]
+        for name in names:
+            joined.fields[name] = bytecolumn.concat([piece.fields[name] for piece in pieces])
+        return joined
+
+    def take(self, order: Sequence[int]) -> Columns:
+        """The samples at ``order``, as new columns."""
+        keys, fields = bytecolumn.in_order((self.keys, self.fields), order)
+        return Columns(self.names, keys, fields, [self.pads[i] for i in order])
+
+    def samples(self) -> Iterator[Sample]:
+        """One dict per sample, as the per-sample path yields them."""
+        names = self.names
+        fields = {name: bytecolumn.values(self.fields[name]) for name in names}
+        for i, key in enumerate(self.keys):
+            sample: Sample = {name: value for name in names if (value := fields[name][i]) is not None}
+            sample["__key__"] = key
+            sample["__pad__"] = self.pads[i]
+            yield sample
+
+
+def batches(windows: Iterable[Columns], batch_size: int) -> Iterator[Batch]:
+    """Cut consecutive windows (already in yield order) into batches of ``batch_size``; the last may be
+    shorter. A batch may span two windows, exactly as the DataLoader's own batching would."""
+    carry: Columns | None = None
+    for window in windows:
+        if carry is not None and len(carry):
+            window = Columns.concat(window.names, [carry, window])
+        start = 0
+        while len(window) - start >= batch_size:
+            yield to_batch(window, start, start + batch_size)
+            start += batch_size
+        carry = window.take(range(start, len(window)))
+    if carry is not None and len(carry):
+        yield to_batch(carry, 0, len(carry))
+
+
+def to_batch(columns: Columns, start: int, stop: int) -> Batch:
+    batch = Batch()
+    batch["__key__"] = columns.keys[start:stop]
+    for name in columns.names:
+        missing = bytecolumn.first_missing(columns.fields[name], start, stop)
+        if missing is not None:
+            key = columns.keys[missing]
+            raise DataError(
+                f"sample {key!r} has no field {name!r}, so its batch cannot hold it as one buffer; read "
+                "this dataset with a collate_fn (make_loader(..., collate_fn=...)) or a transform"
+            )
+        batch[name] = RaggedBytes(*bytecolumn.ragged(columns.fields[name], start, stop))
+    batch["__pad__"] = torch.from_numpy(np.array(columns.pads[start:stop], dtype=bool))
+    return batch

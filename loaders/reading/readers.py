@@ -1,0 +1,122 @@
+"""The shard readers one process holds for a dataset, and when they open and close.
+
+Local shards stay open (a file descriptor or an LMDB mapping each, the least recently used closed first),
+and so do remote ones cached with no budget (nothing evicts them); under a ``cache_limit`` a cached remote
+shard's reader lives for one read, so the node cache may evict the shard between reads.
+Readers are never used across a fork: a process that inherits them drops them and opens its own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from loaders.reading.source import DatasetSource
+from shardpipe.formats.base import ColumnsOut, Format, ShardReader
+from shardpipe.formats.layout import ShardIndex
+from shardpipe.formats.spanreader import ReadBuffer
+from shardpipe.manifest import ShardEntry
+
+MAX_OPEN_SHARDS = 64  # open shard readers per process: each holds a file descriptor or a mapping
+
+
+class ShardReaders:
+    """This process's shard readers; dropped, never used, after a fork.
+
+    Local shards stay open (least recently used closed first): a reader opens its file or LMDB
+    environment once and reads many small spans; so do uncached remote ones, read by byte ranges, and
+    cached ones when the cache has no budget. Under a budget a cached remote shard's reader lives for one
+    read, so the cache may evict the shard between reads; its index is kept. Every index is checked
+    against the manifest's sha256 when loaded.
+    """
+
+    def __init__(
+        self, source: DatasetSource, shards: Sequence[ShardEntry], fmt: Format, *, check: bool
+    ) -> None:
+        # What opening a reader needs, not the dataset itself: no cycle keeps files open past a drop.
+        self._source, self._shards, self._format, self._check = source, shards, fmt, check
+        self._pid = os.getpid()
+        self._open: OrderedDict[int, ShardReader] = OrderedDict()
+        self._indexes: OrderedDict[int, ShardIndex | None] = OrderedDict()
+        self._window_buffer = ReadBuffer()
+
+    @contextmanager
+    def reading(self, shard_index: int) -> Iterator[ShardReader]:
+        self._drop_inherited()
+        if self._per_read:
+            index = self._index(shard_index)
+            with (
+                self._source.shard(self._shards[shard_index]) as path,
+                self._format.open_reader(path, index, check=self._check) as reader,
+            ):
+                yield reader
+            return
+        yield self._kept(shard_index)
+
+    def read_window(
+        self, runs: Sequence[Sequence[int]], names: Sequence[str], order: np.ndarray | None = None
+    ) -> ColumnsOut | None:
+        """The samples of ``runs`` (``[shard, start, stop, ...]``) at ``order`` (positions in read order;
+        all in turn when ``None``), read and cut together across shards (``Format.read_across``); ``None``
+        where that cannot be done (readers that live for one read, more shards than stay open, shards the
+        format cannot take together): read shard by shard then."""
+        self._drop_inherited()
+        shards = dict.fromkeys(run[0] for run in runs)
+        if self._per_read or len(shards) > MAX_OPEN_SHARDS:
+            return None
+        readers = {shard: self._kept(shard) for shard in shards}
+        parts = [(readers[run[0]], run[1], run[2]) for run in runs]
+        return self._format.read_across(parts, names, self._window_buffer, order)
+
+    @property
+    def _per_read(self) -> bool:
+        """Whether a reader lives for one read (a cached remote shard under a budget)."""
+        return self._source.remote and self._source.cached and not self._source.keeps_copies
+
+    def _drop_inherited(self) -> None:
+        if self._pid != os.getpid():  # inherited through a fork: never used here, never closed here
+            self._open, self._indexes = OrderedDict(), OrderedDict()
+            self._pid = os.getpid()
+
+    def _kept(self, shard_index: int) -> ShardReader:
+        reader, entry = self._open.get(shard_index), self._shards[shard_index]
+        if reader is not None:
+            self._open.move_to_end(shard_index)
+            if self._source.remote:
+                self._source.note_read(entry)
+            return reader
+        index = self._index(shard_index)
+        if self._source.remote and self._source.cached:  # a copy that stays: open it, keep it open
+            with self._source.shard(entry) as path:
+                reader = self._format.open_reader(path, index, check=self._check)
+        elif self._source.remote:  # uncached: byte ranges of the object
+            remote = self._source.ranges(entry)
+            reader = self._format.open_reader(Path(entry.path), index, check=self._check, remote=remote)
+        else:
+            reader = self._format.open_reader(self._source.root / entry.path, index, check=self._check)
+        self._open[shard_index] = reader
+        while len(self._open) > MAX_OPEN_SHARDS:
+            self._open.popitem(last=False)[1].close()
+        return reader
+
+    def _index(self, shard_index: int) -> ShardIndex | None:
+        if shard_index in self._indexes:
+            self._indexes.move_to_end(shard_index)
+            return self._indexes[shard_index]
+        index = self._source.index(self._shards[shard_index], check=self._check)
+        self._indexes[shard_index] = index
+        while len(self._indexes) > MAX_OPEN_SHARDS:
+            self._indexes.popitem(last=False)
+        return index
+
+    def close(self) -> None:
+        if self._pid == os.getpid():
+            for reader in self._open.values():
+                reader.close()
+        self._open.clear()
+        self._indexes.clear()

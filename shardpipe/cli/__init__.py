@@ -1,0 +1,10 @@
+"""The ``shardpipe`` command: :mod:`.commands` parses, calls the library and turns its errors into exit
+codes; :mod:`.storage` reads the storage flags and shows locations without credentials."""
+
+from shardpipe.process_settings import single_threaded_blas
+
+single_threaded_blas()  # this package is the command's entry point: it runs before anything loads numpy
+
+from shardpipe.cli.commands import main  # noqa: E402
+
+__all__ = ["main"]

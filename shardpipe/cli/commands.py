@@ -1,0 +1,306 @@
+"""The ``shardpipe`` command: parses options, calls the library, turns its errors into exit codes.
+
+Exit codes: 0 success, 1 a data problem (named file and position), 2 a usage problem. The library's
+errors speak of options by their meaning; this module adds the flags that fix them (:func:`_with_flags`).
+
+Wherever a command takes a path it takes a URL too (``s3://``, ``gs://``, ``http(s)://``); credentials
+come the way fsspec and the cloud SDKs take them, and ``--storage-option KEY=VALUE`` passes anything else
+to the filesystem. Every message is scrubbed: URLs lose user info and query strings, and the values of
+secret-looking options are masked.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from shardpipe.cli.storage import location, parse_storage_options, scrub, shown, storage_option
+from shardpipe.errors import DataError, UsageError
+from shardpipe.formats import FORMAT_NAMES
+from shardpipe.manifest import MANIFEST_NAME, Manifest
+from shardpipe.packing import PackOptions
+from shardpipe.packing import pack as run_pack
+from shardpipe.packing.engine import init_worker
+from shardpipe.packing.options import ConflictingOptionsError
+from shardpipe.packing.output import JobMismatchError, OutputNotEmptyError
+from shardpipe.packing.plan import SampleTooLargeError
+from shardpipe.packing.ray_engine import RayExecutor
+from shardpipe.packing.split import parse_split
+from shardpipe.packing.write import SourceFileError
+from shardpipe.process_settings import keep_freed_memory
+from shardpipe.sources import IncompleteSamplesError
+from shardpipe.tools.index import index_folder
+from shardpipe.tools.inspection import render, summarize
+from shardpipe.tools.verify import verify as run_verify
+from shardpipe.units import parse_size
+from shardpipe.version import __version__
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _errors_to_exit_codes(func: F) -> F:
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            options = parse_storage_options(kwargs.get("storage_options", ()))
+        except UsageError as exc:
+            raise click.UsageError(str(exc)) from exc
+        if "storage_options" in kwargs:
+            kwargs["storage_options"] = options
+        try:
+            return func(*args, **kwargs)
+        except UsageError as exc:
+            raise click.UsageError(scrub(_with_flags(exc), options)) from None
+        except DataError as exc:
+            raise click.ClickException(scrub(_with_flags(exc), options)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _with_flags(exc: Exception) -> str:
+    """The library's message, plus the command-line flags that resolve it where there are some."""
+    hint = ""
+    if isinstance(exc, ConflictingOptionsError):
+        return f"{' and '.join(f'--{name}' for name in exc.names)} contradict each other; choose one"
+    if isinstance(exc, OutputNotEmptyError):
+        hint = "use --overwrite to replace it"
+        if exc.holds_dataset:
+            hint += ", or --resume to finish (or confirm) the same pack"
+    elif isinstance(exc, JobMismatchError):
+        hint = "rerun with the original options and source, or use --overwrite to replace it"
+    elif isinstance(exc, SampleTooLargeError):
+        hint = "raise --max-bytes"
+    elif isinstance(exc, IncompleteSamplesError):
+        hint = "fix the source or pass --skip-incomplete to leave them out"
+    elif isinstance(exc, SourceFileError):
+        hint = (
+            "rerun the pack with --overwrite"
+            if exc.changed
+            else "fix the file and rerun with --resume, or remove it and rerun with --overwrite"
+        )
+    return f"{exc}; {hint}" if hint else str(exc)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="shardpipe")
+def main() -> None:
+    """Pack many small sample files into shards (tar, LMDB, TFRecord) with a manifest, and check them.
+
+    \b
+    Typical use:
+      shardpipe pack images/ data/ --format tar --labels dirname --split train=0.9,val=0.1 --workers 4
+      shardpipe verify data/
+      shardpipe inspect data/
+    The loaders (`import loaders`) read data/manifest.json in DDP training.
+    """
+
+
+@main.command()
+@click.argument("src")
+@click.argument("out")
+@click.option(
+    "--format",
+    "format_name",
+    type=click.Choice(FORMAT_NAMES),
+    required=True,
+    help="Shard format: tar (WebDataset convention), lmdb (one file per shard), tfrecord (tf.train.Example).",
+)
+@click.option(
+    "--split",
+    "split_spec",
+    metavar="NAME=FRAC,...",
+    help="Seeded split by key hash, e.g. train=0.9,val=0.1. Default: one split 'train'.",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the split hash and of the hashed order."
+)
+@click.option(
+    "--order",
+    type=click.Choice(["hashed", "sorted"]),
+    default="hashed",
+    show_default=True,
+    help="Sample order within a split: 'hashed' by a seeded hash of the key (shards mix classes even when "
+    "the tree is laid out by class), 'sorted' by key (neighbours stay together).",
+)
+@click.option("--max-samples", type=click.IntRange(min=1), help="Most samples per shard.")
+@click.option(
+    "--max-bytes",
+    default="256MB",
+    show_default=True,
+    help="Most payload bytes per shard (e.g. 64MB, 1GiB); 'none' for no limit.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Shard writers in parallel. Default: 1; with --engine ray: the cluster's CPUs.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Who scans and writes shards: local processes, or Ray tasks (pip install 'shardpipe[ray]'). "
+    "Same output, byte for byte. On a multi-node cluster SRC and OUT must be on a shared mount.",
+)
+@click.option(
+    "--ray-address",
+    metavar="HOST:PORT",
+    help="Join this Ray cluster (default: RAY_ADDRESS, else a local Ray). Needs --engine ray.",
+)
+@click.option(
+    "--labels",
+    type=click.Choice(["dirname"]),
+    help="Add a 'cls' field: the index of the sample's first-level folder (ImageFolder style).",
+)
+@click.option(
+    "--literal",
+    "literal_fields",
+    metavar="FIELD,...",
+    default="",
+    help="File-list columns whose strings are values, not file paths (e.g. txt captions).",
+)
+@click.option("--skip-incomplete", is_flag=True, help="Leave out samples missing a field the others have.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue an interrupted pack of the same job: keep finished shards, redo the rest. On a finished "
+    "pack of the same job, do nothing; of another job, refuse saying what differs.",
+)
+@click.option("--overwrite", is_flag=True, help="Replace a dataset already in OUT (only shardpipe's files).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@storage_option
+@_errors_to_exit_codes
+def pack(
+    src: str, out: str, format_name: str, split_spec: str | None, seed: int, order: str,
+    max_samples: int | None, max_bytes: str, workers: int | None, engine: str, ray_address: str | None,
+    labels: str | None, literal_fields: str, skip_incomplete: bool, resume: bool, overwrite: bool,
+    quiet: bool, storage_options: dict[str, Any],
+) -> None:  # fmt: skip
+    """Pack SRC (a folder tree, or a .csv/.jsonl/.parquet file list) into shards in OUT.
+
+    SRC and OUT may be URLs (s3://bucket/prefix, gs://..., a list's cells too): shards are staged
+    locally, uploaded and checked, the manifest uploaded last; --resume works against the bucket.
+
+    \b
+    In a tree, files sharing a key form one sample and the extension names the field:
+      cat/0001.jpg + cat/0001.json  ->  sample 'cat/0001' with fields jpg, json
+    A file list needs a 'key' column and one column per field (a file path, or a value).
+    OUT gets manifest.json and OUT/<split>/shard-000000.<ext> (+ .idx offset indexes for tar/tfrecord).
+    """
+    if ray_address is not None and engine != "ray":
+        raise click.UsageError(f"--ray-address {ray_address} needs --engine ray")
+    keep_freed_memory()  # this process is a pack: see process_settings
+    source, target = location(src), location(out)
+    options = PackOptions(
+        format=format_name,
+        split=parse_split(split_spec),
+        seed=seed,
+        order=order,
+        max_samples=max_samples,
+        max_bytes=None if max_bytes.lower() == "none" else parse_size(max_bytes),
+        workers=workers or 1,
+        labels=labels,
+        literal_fields=tuple(f for f in literal_fields.split(",") if f),
+        skip_incomplete=skip_incomplete,
+        resume=resume,
+        overwrite=overwrite,
+    )
+    executor = None
+    if engine == "ray":
+        visible = [p for p in (source, target) if isinstance(p, Path)]  # URLs: every node reaches the store
+        executor = RayExecutor(
+            ray_address, max_workers=workers, visible_paths=visible, initializer=init_worker
+        )
+    try:
+        result = run_pack(
+            source, target, options, quiet=quiet, executor=executor, storage_options=storage_options
+        )
+    finally:
+        if executor is not None:
+            executor.shutdown(wait=False)  # after a failure, tasks still running are cancelled
+    if result.already_complete:
+        click.echo(f"already complete: {result.num_reused} shards ({_manifestshown(target)})")
+        return
+    _echo_splits(result.manifest, target)
+    if result.num_reused:
+        click.echo(f"resumed: kept {result.num_reused} finished shard(s), wrote {result.num_written}")
+    if result.num_skipped_incomplete:
+        click.echo(f"skipped {result.num_skipped_incomplete} incomplete sample(s) (--skip-incomplete)")
+    if result.num_ignored_files:
+        click.echo(f"ignored {result.num_ignored_files} file(s) without an extension")
+
+
+@main.command()
+@click.argument("dataset")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@storage_option
+@_errors_to_exit_codes
+def verify(dataset: str, quiet: bool, storage_options: dict[str, Any]) -> None:
+    """Recompute counts, sizes and checksums and parse every record of DATASET (a folder or its manifest,
+    a path or a URL; remote shards are fetched one at a time into a temporary folder).
+
+    Exits 1 listing each problem (file and position) if anything disagrees with the manifest.
+    """
+    where = location(dataset)
+    problems = run_verify(where, quiet=quiet, storage_options=storage_options)
+    if problems:
+        for line in problems:
+            click.echo(scrub(line, storage_options), err=True)
+        raise click.ClickException(f"{len(problems)} problem(s) found in {shown(where)}")
+    click.echo(f"{shown(where)}: OK")
+
+
+@main.command()
+@click.argument("dataset")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@storage_option
+@_errors_to_exit_codes
+def inspect(dataset: str, as_json: bool, storage_options: dict[str, Any]) -> None:
+    """Show DATASET's splits, shards, samples, bytes, fields and the spread of shard sizes (DATASET: a
+    folder or manifest, a path or a URL such as https://host/data/manifest.json)."""
+    summary = summarize(location(dataset), storage_options)
+    click.echo(json.dumps(summary, indent=1) if as_json else render(summary))
+
+
+@main.command()
+@click.argument("folder")
+@click.option(
+    "--split",
+    "split_name",
+    default="train",
+    show_default=True,
+    help="Split name for shards directly in FOLDER (each subfolder is a split of its own name).",
+)
+@click.option("--overwrite", is_flag=True, help="Replace an existing manifest.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@storage_option
+@_errors_to_exit_codes
+def index(
+    folder: str, split_name: str, overwrite: bool, quiet: bool, storage_options: dict[str, Any]
+) -> None:
+    """Adopt shards written by other tools (webdataset tars, TFRecords of tf.train.Example).
+
+    Scans each shard, writes its offset index beside it and a manifest.json in FOLDER, without
+    repacking, so shardpipe's loaders read them like their own. FOLDER may be a URL (s3://bucket/x):
+    the indexes and the manifest are uploaded there.
+    """
+    where = location(folder)
+    manifest = index_folder(
+        where, split_name=split_name, overwrite=overwrite, quiet=quiet, storage_options=storage_options
+    )
+    _echo_splits(manifest, where)
+
+
+def _manifestshown(root: Path | str) -> str:
+    return str(root / MANIFEST_NAME) if isinstance(root, Path) else f"{shown(root)}/{MANIFEST_NAME}"
+
+
+def _echo_splits(manifest: Manifest, root: Path | str) -> None:
+    for name, shards in manifest.splits.items():
+        click.echo(f"{name}: {sum(s.num_samples for s in shards):,} samples in {len(shards)} shard(s)")
+    click.echo(f"manifest: {_manifestshown(root)}")

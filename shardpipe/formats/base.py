@@ -1,0 +1,175 @@
+"""The shard formats' interface: the protocols every format implements, and the facts the registry keeps.
+
+Each format module holds its writer and its reader. A writer appends samples to one shard file and, on
+close, returns where each sample, its key and each field sit, with each sample's checksum (a
+``ShardIndex``), which the pack stage writes beside the shard. A reader opens one shard once and yields the
+samples of any span ``[start, stop)``: with a ``ShardIndex`` it slices them out of one read; with plain
+sample offsets it parses them. Every sample is checked against its checksum unless the caller opts out
+(``check=False``) or the shard predates checksums. Readers hold a file or a mapping: create them in the
+process that reads (never before a fork) and close them. Nothing read from a shard is ever unpickled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+
+if TYPE_CHECKING:  # the CLI imports the registry for the format names: keep numpy out of its start-up
+    import numpy as np
+
+    from shardpipe.formats.layout import SampleLayout, ShardIndex
+    from shardpipe.formats.spanreader import ReadBuffer
+
+Offsets: TypeAlias = "ShardIndex | Sequence[int] | np.ndarray"
+"""A shard's index, or just its ``num_samples + 1`` sample offsets (then the reader parses)."""
+
+Fields = dict[str, bytes]
+"""A sample's named fields: field name (the file extension, e.g. ``jpg``) -> raw bytes."""
+
+WRITE_BUFFER = 1 << 18
+"""Writers' file buffer: large enough to batch small writes; larger sizes measured no faster (see
+docs/performance.md, "Formats")."""
+
+INDEX_VERSION = 2
+"""The index column layout written now (see :mod:`.layout`); the manifest records it."""
+CHECKSUM_NAME = "xxh3_64"
+"""The per-sample checksum, as the manifest names it (docs/performance.md, "Formats", has the choice)."""
+
+Column = Sequence[bytes | memoryview]
+"""One field's values for a batch of samples; a writer must not keep a ``memoryview`` past the call."""
+
+
+class ShardWriter(Protocol):
+    def write(self, key: str, fields: Mapping[str, bytes]) -> None:
+        """Append one sample."""
+
+    def write_batch(self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Column]) -> None:
+        """Append samples ``keys[i]`` with fields ``names[j] = columns[j][i]``: the pack stage's path,
+        which works out per-field framing once per batch instead of once per sample."""
+
+    def close(self) -> ShardIndex:
+        """Flush and close; return where each sample, its key and each field sit, and the end offset."""
+
+    def abort(self) -> None:
+        """Release the file after a failure; the caller deletes the partial shard."""
+
+
+ColumnsOut = tuple[list[str], dict[str, Any]]
+"""Samples as columns: their keys, and for each field name its values in the same order as one
+:mod:`~shardpipe.formats.bytecolumn` column (``None`` where a sample lacks the field)."""
+
+
+class RemoteBytes(Protocol):
+    """A remote shard read by byte ranges (``shardpipe.storage``): for sparse reads without a local copy."""
+
+    @property
+    def name(self) -> str:
+        """Where the bytes live, for error messages (no credentials)."""
+
+    @property
+    def size(self) -> int:
+        """The object's size, as the manifest records it."""
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each ``[start, stop)``, fetched with neighbouring ranges coalesced."""
+
+
+class ShardReader(Protocol):
+    """One shard opened once; ``read`` may be called for many spans. Not to be shared across a fork."""
+
+    def read(self, start: int, stop: int) -> Iterator[tuple[str, Fields]]:
+        """Yield ``(key, fields)`` for samples ``start <= i < stop``, each checked against its checksum
+        unless the reader was opened with ``check=False``.
+
+        Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
+        """
+
+    def read_runs(self, runs: Sequence[tuple[int, int]], names: Sequence[str]) -> ColumnsOut:
+        """The samples of each run ``[start, stop)``, in order, as columns (checked like ``read``), with
+        no object per sample."""
+
+    def close(self) -> None:
+        """Release the file or mapping; idempotent (also done when the reader is dropped)."""
+
+    def __enter__(self) -> ShardReader: ...
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: Any) -> None: ...
+
+
+class Format(Protocol):
+    name: str
+    """Registry name, as given to ``--format``."""
+    suffix: str
+    """Shard file suffix, e.g. ``.tar``."""
+    needs_index: bool
+    """Whether readers need the per-sample byte offsets to seek (LMDB seeks by key instead)."""
+
+    def open_writer(self, path: Path) -> ShardWriter:
+        """Start a shard at ``path`` (the caller renames it into place when complete)."""
+
+    def open_reader(
+        self, path: Path, index: Offsets | None, *, check: bool = True, remote: RemoteBytes | None = None
+    ) -> ShardReader:
+        """Open the shard at ``path`` for reading spans; ``index`` is its ``ShardIndex`` (or plain sample
+        offsets, then the reader parses; LMDB needs neither). ``check=False`` skips the per-sample checks.
+        With ``remote``, the bytes come by range requests instead of from a local file (formats read by
+        byte offset only; LMDB needs a local file).
+
+        Raises :class:`~shardpipe.errors.DataError` when the file is missing or shorter than its index.
+        """
+
+    def read(
+        self, path: Path, start: int, stop: int, offsets: Offsets | None, *, check: bool = True
+    ) -> Iterator[tuple[str, Fields]]:
+        """Yield ``(key, fields)`` for samples ``start <= i < stop`` of the shard at ``path``: a reader
+        opened for one span. Prefer :meth:`open_reader` to read many spans."""
+
+    def read_across(
+        self,
+        parts: Sequence[tuple[ShardReader, int, int]],
+        names: Sequence[str],
+        buffer: ReadBuffer,
+        order: np.ndarray | None = None,
+    ) -> ColumnsOut | None:
+        """The samples ``[start, stop)`` of each part from several shards of one dataset (readers this
+        format opened, kept open), read and checked together as one read_runs call does, with the cost of
+        a call paid once for all of them; ``buffer`` is reused between calls. They come in ``order``
+        (positions among the samples in read order, a subset allowed; all in turn when ``None``): a
+        window's shuffle applied by the copy that cuts the samples out. ``None`` when they must be read
+        reader by reader (``read_runs``).
+
+        Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
+        """
+
+    def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
+        """Parse every record; return keys, layouts and the end offset, as the writer's ``close()`` does.
+
+        Raises :class:`~shardpipe.errors.CorruptShardError` naming the position of the first bad record.
+        """
+
+
+@dataclass(frozen=True, slots=True)
+class FormatInfo:
+    """What is known of a format without importing it: its name, file suffixes and index needs."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    """File suffixes of its shards: the first is what ``pack`` writes; ``index`` adopts them all."""
+    needs_index: bool
+    """Whether readers need the per-sample byte offsets to seek (LMDB seeks by key instead)."""
+
+    @property
+    def suffix(self) -> str:
+        return self.suffixes[0]
+
+
+FORMAT_INFO = {
+    info.name: info
+    for info in (
+        FormatInfo("lmdb", (".lmdb",), needs_index=False),
+        FormatInfo("tar", (".tar",), needs_index=True),
+        FormatInfo("tfrecord", (".tfrecord", ".tfrecords", ".tfr"), needs_index=True),
+    )
+}

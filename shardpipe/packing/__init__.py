@@ -1,0 +1,10 @@
+"""The pack stage: scan a source, plan its shards once, write them on an engine, commit the manifest.
+
+:func:`pack` is the entry point; :mod:`.engine` says what an executor must honour, :mod:`.output` how OUT
+is made ready, resumed and committed, :mod:`.plan` what goes in which shard.
+"""
+
+from shardpipe.packing.options import PackOptions
+from shardpipe.packing.pipeline import PackResult, pack
+
+__all__ = ["PackOptions", "PackResult", "pack"]

@@ -1,0 +1,69 @@
+"""The engine seam: who runs a pack's tasks. A local process pool by default; any
+``concurrent.futures.Executor`` (``shardpipe.packing.ray_engine.RayExecutor`` on a cluster) otherwise.
+
+The contract an executor must honour, and that the pack keeps for it:
+
+* Three kinds of task are submitted: ``shardpipe.sources.tree.scan_names(chunk)`` (list one folder's
+  names), ``shardpipe.sources.list_piece.read_list_piece(source, piece, whole)`` (read, check and size one
+  piece of a file list) and ``shardpipe.packing.write.write_shard(job, out, format_name, source_options)``
+  (write one shard into the store ``out``). All are module-level functions; their arguments and results
+  (tuples, lists, ``str``, ``Path``, stores, ``ListSource``, ``PieceColumns``, ``ShardJob``,
+  ``ShardEntry``) and their errors (the project's types) pickle.
+* A task's result depends only on its arguments, never on the process, machine or order that ran it: the
+  plan is made once, before any task runs. So any executor gives byte-identical shards and manifest, and
+  retrying a task is safe (a shard is staged under a temporary name and published whole).
+* Tasks read SRC and write OUT by path or URL: for a local path, the executor's workers must see it at
+  the same path; for a URL they need only reach the store.
+* Results are consumed as they complete; the journal and the manifest are written only by the driver.
+
+The local pool's workers also keep freed memory and pause the cyclic GC (:func:`init_worker`): speed
+only, which another executor may skip.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from shardpipe.process_settings import keep_freed_memory
+
+T = TypeVar("T")
+
+
+def init_worker() -> None:
+    """Per-process set-up of a pack worker (also given to a Ray engine's workers): speed only."""
+    keep_freed_memory()
+    gc.disable()  # a pack worker's objects hold no cycles: see process_settings.pausing_gc
+
+
+@contextmanager
+def local_pool(workers: int) -> Iterator[Executor | None]:
+    """A process pool of ``workers`` processes, or None (this process runs every task) for one."""
+    if workers == 1:
+        yield None
+        return
+    with ProcessPoolExecutor(max_workers=workers, initializer=init_worker) as pool:
+        yield pool
+
+
+def run_tasks(
+    task: Callable[..., T], items: Iterable[Any], args: tuple[Any, ...], executor: Executor | None
+) -> Iterator[T]:
+    """``task(item, *args)`` for every item, each result yielded as it completes; in this process without
+    an executor. On an error, the tasks not yet started are cancelled."""
+    if executor is None:
+        for item in items:
+            yield task(item, *args)
+        return
+    pending = {executor.submit(task, item, *args) for item in items}
+    try:
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield future.result()
+    finally:
+        for future in pending:
+            future.cancel()

@@ -1,0 +1,159 @@
+"""Writing one shard: the unit of work any executor runs, its result the shard's manifest entry.
+
+:func:`write_shard` takes a planned :class:`~shardpipe.packing.plan.ShardJob`, writes it under a temporary
+name, puts its index in place, checksums the shard and publishes it, then returns its
+:class:`~shardpipe.manifest.ShardEntry`. Its bytes depend only on the job, so a retry, another worker
+or another machine writes the same shard, and a failed or killed write leaves nothing under a final name.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from shardpipe.errors import DataError
+from shardpipe.formats import get_format
+from shardpipe.manifest import ShardEntry
+from shardpipe.packing.plan import ShardJob, cut_runs
+from shardpipe.sources import SampleTable
+from shardpipe.sources.urls import Stores, fetch_cells
+from shardpipe.storage import Store, redact_url, task_store
+from shardpipe.storage.files import sha256_file, start_writeback
+
+BATCH_BYTES = 1 << 20
+"""File contents per writer batch: small enough to stay in the CPU cache between the read and the write
+(and, for LMDB, its copy into pages); see docs/performance.md."""
+
+
+class SourceFileError(DataError):
+    """A source file could not be read, or no longer has the size the scan found (``changed``)."""
+
+    def __init__(self, message: str, *, path: str = "", changed: bool = False) -> None:
+        super().__init__(message)
+        self.path, self.changed = path, changed
+
+
+def write_shard(
+    job: ShardJob, out: Store, format_name: str, source_options: Mapping[str, Any] | None = None
+) -> ShardEntry:
+    """Write one shard into ``out``: staged under a temporary name, its index put in place, then the
+    shard published (locally a rename; to an object store an upload, read back and checked).
+
+    Samples go to the writer in batches of about :data:`BATCH_BYTES`, their files read into one buffer
+    that every batch reuses: the writer frames a batch with its per-field work done once, a worker holds
+    at most one batch of file contents, and no memory is allocated (and page-faulted) per file. Cells
+    that are URLs are fetched through the storage seam with ``source_options`` (:mod:`.urls`).
+    Module-level, and its arguments pickle (a store pickles as its root and options): any executor runs it.
+    """
+    out = task_store(out)
+    fmt = get_format(format_name)
+    samples = job.samples
+    runs = cut_runs(samples.num_bytes, max_samples=None, max_bytes=BATCH_BYTES)
+    buffer = _read_buffer(max(int(samples.sizes[run].sum()) for run in runs))
+    stores = Stores(source_options)
+    with out.staging(job.relpath) as temp:
+        writer = fmt.open_writer(temp)
+        try:
+            for run in runs:
+                batch = samples.take(run)
+                writer.write_batch(batch.keys, batch.fields, _load(batch, buffer, job.relpath, stores))
+        except BaseException:
+            writer.abort()
+            raise
+        index = writer.close()
+        start_writeback(temp)  # overlaps the index and the checksum pass, so publishing waits for little
+        index_path = index_sha256 = None
+        if fmt.needs_index:  # in place before the shard: a shard is never visible without its index
+            index_path = f"{job.relpath}.idx"
+            index_sha256 = out.put(index_path, index.to_bytes())
+        sha256, num_bytes = sha256_file(temp), temp.stat().st_size
+        out.publish(job.relpath, temp, sha256)
+    return ShardEntry(job.relpath, len(samples), num_bytes, sha256, index_path, index_sha256)
+
+
+_local = threading.local()  # one buffer per thread: an executor may run shards on threads
+
+
+def _read_buffer(size: int) -> memoryview:
+    """This thread's read buffer, grown to ``size`` bytes: every shard the thread writes reuses it, so
+    its pages are allocated and faulted in once, not once per shard."""
+    buffer: bytearray | None = getattr(_local, "buffer", None)
+    if buffer is None or len(buffer) < size:
+        buffer = _local.buffer = bytearray(size)
+    return memoryview(buffer)[:size]
+
+
+def _load(
+    batch: SampleTable, buffer: memoryview, shard: str, stores: Stores
+) -> list[list[bytes | memoryview]]:
+    """The batch's columns: literal bytes as they are, each file read into its slice of ``buffer``.
+
+    A file is read by raw ``os`` calls (``open()`` builds a file object per file, as costly as the
+    syscalls for a small sample), with one ``preadv`` of its scanned size plus one spare byte: a file
+    that changed since the scan is caught, not packed with a size the plan did not expect. URL cells are
+    fetched first, all of the batch's at once.
+    """
+    sizes = batch.sizes.tolist()  # (samples, fields)
+    fetched = _fetch(batch, shard, stores)
+    spare = bytearray(1)
+    columns: list[list[bytes | memoryview]] = []
+    pos = 0
+    for j, values in enumerate(batch.columns):
+        column: list[bytes | memoryview] = []
+        for i, value in enumerate(values):
+            if isinstance(value, bytes):
+                column.append(value)
+                continue
+            size = sizes[i][j]
+            if (i, j) in fetched:
+                column.append(fetched[i, j])
+                continue
+            view = buffer[pos : pos + size]
+            where = f"field {batch.fields[j]!r} of sample {batch.keys[i]!r}, for shard {shard}"
+            try:
+                fd = os.open(value, os.O_RDONLY)
+                try:
+                    num_read = os.preadv(fd, [view, spare], 0)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise SourceFileError(f"cannot read {value} ({where}): {exc.strerror}", path=value) from exc
+            if num_read != size:
+                raise SourceFileError(
+                    f"{value} changed while packing: scanned {size:,} bytes, read {num_read:,} ({where})",
+                    path=value,
+                    changed=True,
+                )
+            column.append(view)
+            pos += size
+        columns.append(column)
+    return columns
+
+
+def _fetch(batch: SampleTable, shard: str, stores: Stores) -> dict[tuple[int, int], bytes]:
+    """The batch's URL cells, fetched, each checked against its scanned size."""
+    cells = [
+        (i, j, value)
+        for j, values in enumerate(batch.columns)
+        for i, value in enumerate(values)
+        if isinstance(value, str) and "://" in value
+    ]
+    if not cells:
+        return {}
+    fetched = {}
+    for (i, j, url), data in zip(cells, fetch_cells((url for _, _, url in cells), stores), strict=True):
+        where = f"field {batch.fields[j]!r} of sample {batch.keys[i]!r}, for shard {shard}"
+        if isinstance(data, DataError):
+            raise SourceFileError(f"cannot read {redact_url(url)} ({where}): {data}", path=redact_url(url))
+        size = int(batch.sizes[i, j])
+        if len(data) != size:
+            raise SourceFileError(
+                f"{redact_url(url)} changed while packing: scanned {size:,} bytes, read {len(data):,} "
+                f"({where})",
+                path=redact_url(url),
+                changed=True,
+            )
+        fetched[i, j] = data
+    return fetched

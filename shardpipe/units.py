@@ -1,0 +1,29 @@
+"""Sizes as people write them: ``256MB``, ``64KiB``, ``1.5 GiB`` or a plain number of bytes."""
+
+from __future__ import annotations
+
+import re
+
+from shardpipe.errors import UsageError
+
+_UNITS = {"": 1, "B": 1, "K": 10**3, "M": 10**6, "G": 10**9, "KB": 10**3, "MB": 10**6, "GB": 10**9,
+          "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*")
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes from an int or a string: ``"256MB"`` -> 256_000_000, ``"64KiB"`` -> 65_536 (KB = 1000,
+    KiB = 1024; K, M, G are KB, MB, GB); must be positive."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    else:
+        match = _SIZE.fullmatch(str(value))
+        if match is None or match[2].upper() not in _UNITS:
+            raise UsageError(
+                f"size {value!r} is not understood; write bytes or a number with a unit "
+                "(KB, MB, GB, TB = powers of 1000; KiB, MiB, GiB, TiB = powers of 1024), e.g. 256MB"
+            )
+        size = int(float(match[1]) * _UNITS[match[2].upper()])
+    if size <= 0:
+        raise UsageError(f"size {value!r} must be positive")
+    return size
