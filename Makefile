@@ -5,7 +5,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup demo test lint format bench-pack bench-io bench-scaling bench-shuffle bench-transfer clean
+.PHONY: setup demo test test-fast lint format bench-pack bench-io bench-scaling bench-shuffle bench-transfer clean
 
 setup: $(VENV)/.installed
 
@@ -20,7 +20,11 @@ demo: setup
 	$(BIN)/python -m bench.demo $(ARGS)
 
 test: setup
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest --durations=20 $(ARGS)
+
+# The unit layer alone, for the inner loop: no servers, ranks, Ray clusters, benchmarks or slow tests.
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not (slow or dist or ray or s3 or bench)" $(ARGS)
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy

@@ -31,6 +31,7 @@ from loaders.planning.planner import (
     DEFAULT_SHUFFLE_BUFFER,
     PlanConfig,
     Remainder,
+    Run,
     Runs,
     Window,
     epoch_runs,
@@ -232,7 +233,7 @@ class ShardedDataset(IterableDataset[Sample]):
         runs = self._runs(epoch, history)
         windows = plan_windows(runs, config, epoch=epoch, rank=self.rank, worker_index=role)
         if self.source.remote:  # the shards this worker reads, in order: the cache prefetches by it
-            order = [run[0] for window in windows for run in window.runs]
+            order = [run.shard_index for window in windows for run in window.runs]
             self.source.plan([self.shards[i] for k, i in enumerate(order) if k == 0 or order[k - 1] != i])
         per_rank = samples_per_rank(num_samples(runs), self.world_size, config.remainder)
         skip = consumed_count(config, per_rank, role, resumed_batches)
@@ -280,14 +281,14 @@ class ShardedDataset(IterableDataset[Sample]):
                 raise
             joined = None  # shard by shard below, which finds the bad samples
         if joined is not None:
-            pads = np.repeat([bool(run[3]) for run in runs], [stop - start for _, start, stop, _ in runs])
+            pads = np.repeat([bool(run.is_pad) for run in runs], [run.stop - run.start for run in runs])
             return Columns(self.manifest.fields, joined[0], joined[1], pads[order].tolist())
         pieces: list[Columns] = []
         bad: list[int] = []
         first = 0
         while first < len(runs):
             last = first + 1
-            while last < len(runs) and runs[last][0] == runs[first][0]:
+            while last < len(runs) and runs[last].shard_index == runs[first].shard_index:
                 last += 1
             group = runs[first:last]
             try:
@@ -300,34 +301,30 @@ class ShardedDataset(IterableDataset[Sample]):
             first = last
         columns = Columns.concat(self.manifest.fields, pieces)
         if bad:
-            _replace_errors(columns, bad, [self.shards[run[0]].path for run in runs])
+            _replace_errors(columns, bad, [self.shards[run.shard_index].path for run in runs])
         return columns.take(order.tolist())
 
-    def _read_group(self, group: list[list[int]]) -> Columns:
+    def _read_group(self, group: list[Run]) -> Columns:
         """The samples of spans of one shard, all or none."""
-        shard_index = group[0][0]
+        shard_index = group[0].shard_index
         with self._readers.reading(shard_index) as reader:
-            keys, fields = reader.read_runs(
-                [(start, stop) for _, start, stop, _ in group], self.manifest.fields
-            )
-        expected = sum(stop - start for _, start, stop, _ in group)
+            keys, fields = reader.read_runs([(run.start, run.stop) for run in group], self.manifest.fields)
+        expected = sum(run.stop - run.start for run in group)
         if len(keys) != expected:
             raise DataError(
                 f"{self.shards[shard_index].path}: read {len(keys)} samples, expected {expected}; truncated? "
                 "run `shardpipe verify`"
             )
-        pads = [bool(pad) for _, start, stop, pad in group for _ in range(stop - start)]
+        pads = [bool(run.is_pad) for run in group for _ in range(run.stop - run.start)]
         return Columns(self.manifest.fields, keys, fields, pads)
 
-    def _read_run_skipping(
-        self, pieces: list[Columns], run: list[int], bad: list[int], worker_index: int
-    ) -> None:
+    def _read_run_skipping(self, pieces: list[Columns], run: Run, bad: list[int], worker_index: int) -> None:
         """Read one span sample range by sample range, leaving a placeholder for each unreadable sample
         (``bad`` gets its position in the window ``pieces`` make up)."""
         shard_index, start, stop, is_pad = run
         while start < stop:
             try:
-                pieces.append(self._read_group([[shard_index, start, stop, is_pad]]))
+                pieces.append(self._read_group([Run(shard_index, start, stop, is_pad)]))
                 return
             except DataError as exc:
                 failed = getattr(exc, "sample_index", None)
@@ -336,7 +333,7 @@ class ShardedDataset(IterableDataset[Sample]):
                             self.shards[shard_index].path, exc)  # fmt: skip
                 self._errors[worker_index % MAX_WORKERS] += 1
                 if failed > start:  # the samples ahead of the bad one are good
-                    pieces.append(self._read_group([[shard_index, start, failed, is_pad]]))
+                    pieces.append(self._read_group([Run(shard_index, start, failed, is_pad)]))
                 bad.append(sum(map(len, pieces)))
                 names = self.manifest.fields
                 pieces.append(Columns(names, [""], {name: [b""] for name in names}, [True]))

@@ -1,7 +1,12 @@
-"""Fixtures shared by the storage and cache tests: loopback S3 and HTTP servers, started once per session.
+"""Fixtures shared by the storage and cache tests, and the markers of the suite's layers.
 
-Each test gets the servers with faults off and request counts zeroed, and its own bucket or folder; at the
-end of the session both servers must have stopped and stayed within their request limit.
+The loopback S3 and HTTP servers start once per session; each test gets them with faults off and request
+counts zeroed, and its own bucket or folder; at the end of the session both servers must have stopped
+and stayed within their request limit.
+
+Markers (``make test-fast`` runs the tests that carry none): ``s3`` for every test that uses a loopback
+server (added here, from the fixtures it asks for), ``dist``, ``ray`` and ``bench`` by test module
+(``pytestmark``), ``slow`` on single tests that take seconds.
 """
 
 from __future__ import annotations
@@ -15,6 +20,13 @@ import pytest
 from testkit.servers import Faults, HTTPServer, S3Server
 
 _bucket_numbers = itertools.count()
+_SERVER_FIXTURES = frozenset({"s3_server", "http_server"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.s3)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,8 @@ import pytest
 
 from bench.contenders import NAMES
 
+pytestmark = pytest.mark.bench
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -13,6 +13,8 @@ from bench.data import QUICK_PROFILES
 from bench.data import Dataset as BenchData
 from loaders import collate_samples
 
+pytestmark = pytest.mark.bench
+
 SAMPLES = [(f"c{i % 3}/{i:04d}", b"%d" % (i % 3), bytes([i]) * (100 + i)) for i in range(50)]
 
 

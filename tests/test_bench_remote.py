@@ -8,6 +8,8 @@ import pytest
 
 from bench import remote
 
+pytestmark = pytest.mark.bench
+
 
 @pytest.mark.timeout(120)
 def test_quick_run_fetches_each_shard_once_cold_and_nothing_warm(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,6 +12,8 @@ import pytest
 
 from bench.shuffle import metrics
 
+pytestmark = pytest.mark.bench
+
 ROOT = Path(__file__).resolve().parents[1]
 C, PER_CLASS, B = 20, 300, 32  # 6,000 samples: enough full batches for tight expectations
 N = C * PER_CLASS

@@ -12,6 +12,8 @@ import pytest
 
 from bench.transfer.measure import TRANSPORTS, run_once
 
+pytestmark = pytest.mark.bench
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

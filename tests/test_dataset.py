@@ -79,7 +79,7 @@ def test_order_depends_only_on_seed_and_epoch(packed: dict[str, Path]) -> None:
     assert keys_of(unshuffled) == sorted(keys_of(unshuffled))
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("persistent", [True, False])
 def test_set_epoch_reaches_workers(packed: dict[str, Path], context: str, persistent: bool) -> None:
     def fresh_order(epoch: int) -> list[str]:

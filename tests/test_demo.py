@@ -16,6 +16,8 @@ import pytest
 from bench.demo import NUM_DIGITS, pack, train_command, train_env, write_digits
 from shardpipe.manifest import load_manifest
 
+pytestmark = pytest.mark.bench
+
 pytest.importorskip("sklearn")
 pytest.importorskip("PIL")
 

@@ -18,6 +18,8 @@ from loaders import ShardedDataset, make_loader
 from testkit.distributed import run_ranks
 from tests.datagen import pack_dataset
 
+pytestmark = pytest.mark.dist
+
 NUM_SAMPLES = 47
 BATCH = 4
 SEED = 5

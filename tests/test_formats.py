@@ -675,6 +675,7 @@ def _decode_each(records: Sequence[bytes], names: Sequence[str]) -> tuple[list[s
     return keys, fields
 
 
+@pytest.mark.slow
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(
     _samples,

@@ -117,6 +117,7 @@ def run_cases(base: Path, seed: int, num_cases: int) -> list[dict[str, Any]]:
     return results
 
 
+@pytest.mark.slow
 def test_damage_is_an_error_never_silent_nor_foreign(base: Path) -> None:
     results = run_cases(base, SEED, NUM_CASES)
     assert len(results) == NUM_CASES
@@ -132,6 +133,7 @@ def test_damage_is_an_error_never_silent_nor_foreign(base: Path) -> None:
     assert sum(caught.values()) > NUM_CASES // 2, caught
 
 
+@pytest.mark.slow
 def test_the_harness_names_a_crashing_case(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fault in the child is reported as a crash of that case, and the remaining cases still run."""
     monkeypatch.setenv("SHARDPIPE_FUZZ_CRASH_AT", "1")

@@ -18,6 +18,8 @@ from loaders import ShardedDataset, make_loader
 from testkit.distributed import run_ranks
 from tests.datagen import pack_dataset
 
+pytestmark = pytest.mark.dist
+
 FORMATS = ["tar", "lmdb", "tfrecord"]
 NUM_SAMPLES = 47  # shards of 7,7,7,7,7,7,5 for max_samples=7; 2 shards (40, 7) for max_samples=40
 

@@ -10,6 +10,8 @@ from sklearn.metrics import accuracy_score, f1_score
 from loaders.distributed.metrics import DistributedMetrics
 from testkit.distributed import run_ranks
 
+pytestmark = pytest.mark.dist
+
 NUM_CLASSES = 5
 # Deliberately uneven: rank 1 sees one batch, rank 2 four, batch sizes differ within and across ranks.
 BATCH_SIZES = {0: [6, 3], 1: [7], 2: [2, 5, 4, 1]}

@@ -26,6 +26,8 @@ from bench.pack_bench import (
     time_profile,
 )
 
+pytestmark = pytest.mark.bench
+
 ROOT = Path(__file__).resolve().parents[1]
 CONTENDERS = {
     TAR,

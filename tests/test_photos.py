@@ -205,6 +205,7 @@ def test_cli_writes_the_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert exit_info.value.code == 2
 
 
+@pytest.mark.slow
 def test_module_runs_with_a_pool(tmp_path: Path) -> None:
     # python -m with spawned workers: they must find the module's functions under __main__.
     out = tmp_path / "out"

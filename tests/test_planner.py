@@ -137,7 +137,11 @@ def _shard_lists() -> list[list[int]]:
 SHARD_LISTS = _shard_lists()
 
 
-@pytest.mark.parametrize("sizes", SHARD_LISTS, ids=lambda s: f"n{len(s)}-N{sum(s)}")
+@pytest.mark.parametrize(
+    "sizes",
+    [pytest.param(s, marks=pytest.mark.slow) if sum(s) > 40 else s for s in SHARD_LISTS],
+    ids=lambda s: f"n{len(s)}-N{sum(s)}",
+)
 def test_exhaustive_grid(sizes: list[int]) -> None:
     """World 1..8 x workers 0..4 x batch 1/3/8 x pad/drop x both layouts, every rank and worker."""
     remainders: tuple[Remainder, ...] = ("pad", "drop")

@@ -20,7 +20,7 @@ from shardpipe.sources import file_list
 from testkit.ray_cluster import token_auth, two_node_cluster
 from tests.datagen import make_tree
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 OPTIONS = ["--labels", "dirname", "--split", "train=0.8,val=0.2", "--max-samples", "6", "-q"]
 
 

@@ -28,7 +28,7 @@ from shardpipe.storage import Store, open_store
 from testkit.ray_cluster import Cluster, token_auth, two_node_cluster
 from tests.datagen import make_tree
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 WAIT_S = 90.0
 FORMATS = ["tar", "lmdb", "tfrecord"]
 

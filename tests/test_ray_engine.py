@@ -24,7 +24,7 @@ from testkit.ray_cluster import free_port, local_ray_processes, token_auth
 from testkit.servers import S3Server
 from tests.datagen import make_tree
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 WAIT_S = 60.0
 """Longest a test waits for a task to reach a point (worker start-up on a loaded machine included)."""
 

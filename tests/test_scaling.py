@@ -14,6 +14,8 @@ import torch
 
 from bench.scaling.report import PARTS
 
+pytestmark = pytest.mark.bench
+
 ROOT = Path(__file__).resolve().parents[1]
 MAX_RANKS = min(2, torch.cuda.device_count()) if torch.cuda.is_available() else 2  # one rank per GPU
 

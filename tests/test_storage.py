@@ -36,6 +36,9 @@ FAST_RETRY = RetryPolicy(
     max_attempts=8, backoff_s=0.01, max_backoff_s=0.05, read_timeout_s=0.4, operation_timeout_s=4
 )
 
+S3 = pytest.param("s3", marks=pytest.mark.s3)  # the loopback servers: not in make test-fast
+HTTP = pytest.param("http", marks=pytest.mark.s3)
+
 
 def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
     """A store of ``kind`` holding ``a/one.bin`` (PAYLOAD) and ``a/b/two.bin`` (b"two")."""
@@ -55,7 +58,9 @@ def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Sto
     return store
 
 
-@pytest.mark.parametrize("kind", ["local", "s3", "http"])
+@pytest.mark.parametrize(
+    "kind", ["local", pytest.param("s3", marks=pytest.mark.s3), pytest.param("http", marks=pytest.mark.s3)]
+)
 def test_read_operations(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     store = make_store(kind, tmp_path, request)
     assert store.exists("a/one.bin") and not store.exists("a/missing.bin")
@@ -81,7 +86,7 @@ def _options(kind: str, request: pytest.FixtureRequest) -> dict[str, Any] | None
     return request.getfixturevalue("s3").storage_options() if kind == "s3" else None
 
 
-@pytest.mark.parametrize("kind", ["local", "s3"])
+@pytest.mark.parametrize("kind", ["local", S3])
 def test_put_remove_and_put_file(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     store = make_store(kind, tmp_path, request)
     source = tmp_path / "src.bin"
@@ -145,7 +150,9 @@ def test_s3_upload_damaged_in_transit_is_removed_and_raises(s3: S3Server, s3_roo
     assert store.read("shard.tar") == PAYLOAD
 
 
-@pytest.mark.parametrize("kind", ["s3", "http"])
+@pytest.mark.parametrize(
+    "kind", [pytest.param("s3", marks=pytest.mark.s3), pytest.param("http", marks=pytest.mark.s3)]
+)
 def test_reads_succeed_under_a_tenth_of_requests_failing(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

@@ -17,6 +17,8 @@ from loaders.distributed.sync import (
 )
 from testkit.distributed import RankFailedError, RankHangError, run_ranks
 
+pytestmark = pytest.mark.dist
+
 GUARD_TIMEOUT = 2.0  # seconds the guard waits; the tests check that errors arrive soon after it
 
 

@@ -181,7 +181,7 @@ def one_batch_per_message(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 @pytest.mark.parametrize(("workers", "persistent"), [(1, True), (2, False), (2, True)])
 def test_batches_through_the_ring_equal_batches_through_the_pipe(
     packed: Path, context: str, workers: int, persistent: bool
@@ -208,7 +208,7 @@ def test_batches_through_the_ring_equal_batches_through_the_pipe(
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_an_abandoned_epoch_frees_its_slots_before_the_next(packed: Path, context: str) -> None:
     """Persistent workers: batches left in flight by a ``break`` are read (and freed) when the next epoch
     starts, so the counters stay in step and the next epoch is exact."""
@@ -237,7 +237,7 @@ def test_a_batch_larger_than_a_slot_falls_back_and_still_equals(
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_resume_is_exact_with_the_ring(packed: Path, context: str) -> None:
     expected = [as_lists(b) for b in loader(packed, "pipe", 2, False, context)]
     run = loader(packed, "ring", 2, False, context)
@@ -290,7 +290,7 @@ def shm_entries() -> set[str]:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_nothing_is_left_in_dev_shm_or_open_after_the_loader_is_dropped(packed: Path, context: str) -> None:
     list(loader(packed, "ring", 2, True, context))  # starts what the process keeps anyway (resource sharer)
     gc.collect()

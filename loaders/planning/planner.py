@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -90,23 +90,30 @@ class PlanConfig:
         return max(self.num_workers, 1)
 
 
+class Run(NamedTuple):
+    """A span as the reading loop holds it: a tuple (a window holds hundreds of small spans, and a tuple
+    costs no more than the list of ints it replaces), with names."""
+
+    shard_index: int
+    start: int
+    stop: int
+    is_pad: int
+    """1 when the span holds only padding duplicates."""
+
+
 @dataclass(frozen=True, slots=True)
 class Window:
-    """Spans read together, then yielded in ``permutation()`` order (read order when ``seed`` is None).
+    """Spans read together, then yielded in ``permutation()`` order (read order when ``seed`` is None)."""
 
-    ``runs`` holds each span as ``[shard, start, stop, is_pad]`` plain ints: a window holds hundreds of
-    small spans, and the reading loop needs no object per span.
-    """
-
-    runs: list[list[int]]
+    runs: list[Run]
     seed: tuple[int, ...] | None
 
     def __len__(self) -> int:
-        return sum(stop - start for _, start, stop, _ in self.runs)
+        return sum(run.stop - run.start for run in self.runs)
 
     @property
     def spans(self) -> list[Span]:
-        return [Span(shard, start, stop, bool(pad)) for shard, start, stop, pad in self.runs]
+        return [Span(run.shard_index, run.start, run.stop, bool(run.is_pad)) for run in self.runs]
 
     def permutation(self) -> np.ndarray:
         return window_permutation(self.seed, len(self))
@@ -194,7 +201,8 @@ def plan_windows(runs: Runs, config: PlanConfig, *, epoch: int, rank: int, worke
     total, size = num_samples(part), config.shuffle_buffer
     for index, begin in enumerate(range(0, total, size)):
         rows = window_rows(part, begin, min(begin + size, total), config.shuffle)
-        windows.append(Window(rows.tolist(), window_seed(config, epoch, rank, worker_index, index)))
+        seed = window_seed(config, epoch, rank, worker_index, index)
+        windows.append(Window(list(map(Run._make, rows.tolist())), seed))
     return windows
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from loaders.planning.planner import Run
 from loaders.reading.source import DatasetSource
 from shardpipe.formats.base import ColumnsOut, Format, ShardReader
 from shardpipe.formats.layout import ShardIndex
@@ -59,18 +60,18 @@ class ShardReaders:
         yield self._kept(shard_index)
 
     def read_window(
-        self, runs: Sequence[Sequence[int]], names: Sequence[str], order: np.ndarray | None = None
+        self, runs: Sequence[Run], names: Sequence[str], order: np.ndarray | None = None
     ) -> ColumnsOut | None:
-        """The samples of ``runs`` (``[shard, start, stop, ...]``) at ``order`` (positions in read order;
+        """The samples of ``runs`` at ``order`` (positions in read order;
         all in turn when ``None``), read and cut together across shards (``Format.read_across``); ``None``
         where that cannot be done (readers that live for one read, more shards than stay open, shards the
         format cannot take together): read shard by shard then."""
         self._drop_inherited()
-        shards = dict.fromkeys(run[0] for run in runs)
+        shards = dict.fromkeys(run.shard_index for run in runs)
         if self._per_read or len(shards) > MAX_OPEN_SHARDS:
             return None
         readers = {shard: self._kept(shard) for shard in shards}
-        parts = [(readers[run[0]], run[1], run[2]) for run in runs]
+        parts = [(readers[run.shard_index], run.start, run.stop) for run in runs]
         return self._format.read_across(parts, names, self._window_buffer, order)
 
     @property
