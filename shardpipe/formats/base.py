@@ -11,10 +11,12 @@ process that reads (never before a fork) and close them. Nothing read from a sha
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 if TYPE_CHECKING:  # the CLI imports the registry for the format names: keep numpy out of its start-up
     import numpy as np
@@ -173,3 +175,50 @@ FORMAT_INFO = {
         FormatInfo("tfrecord", (".tfrecord", ".tfrecords", ".tfr"), needs_index=True),
     )
 }
+
+
+R = TypeVar("R", bound="ReaderBase")
+
+
+class ReaderBase:
+    """The lifetime every shard reader shares: ``_closer`` (a ``weakref.finalize`` the reader sets up)
+    releases its file or mapping, on ``close()`` or when the reader is dropped."""
+
+    _closer: weakref.finalize[Any, Any]
+
+    def close(self) -> None:
+        self._closer()
+
+    def __enter__(self: R) -> R:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class FormatBase:
+    """What every format class shares: the registry's facts (``class TarFormat(FormatBase,
+    format_name="tar")``) and reading one span through a reader opened for it."""
+
+    name: str
+    suffix: str
+    needs_index: bool
+
+    def __init_subclass__(cls, *, format_name: str = "", **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if format_name:
+            info = FORMAT_INFO[format_name]
+            cls.name, cls.suffix, cls.needs_index = info.name, info.suffix, info.needs_index
+
+    def open_reader(
+        self, path: Path, index: Offsets | None, *, check: bool = True, remote: RemoteBytes | None = None
+    ) -> ShardReader:
+        raise NotImplementedError
+
+    def read(
+        self, path: Path, start: int, stop: int, offsets: Offsets | None = None, *, check: bool = True
+    ) -> Iterator[tuple[str, Fields]]:
+        with self.open_reader(path, offsets, check=check) as reader:
+            yield from reader.read(start, stop)

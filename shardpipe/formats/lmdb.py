@@ -24,7 +24,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from itertools import groupby, islice
 from pathlib import Path
-from types import TracebackType
 from typing import Any, cast
 
 import lmdb
@@ -32,7 +31,16 @@ import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.formats import framing
-from shardpipe.formats.base import FORMAT_INFO, Column, ColumnsOut, Fields, Offsets, RemoteBytes, ShardReader
+from shardpipe.formats.base import (
+    Column,
+    ColumnsOut,
+    Fields,
+    FormatBase,
+    Offsets,
+    ReaderBase,
+    RemoteBytes,
+    ShardReader,
+)
 from shardpipe.formats.layout import (
     KEY_START,
     KEY_STOP,
@@ -209,7 +217,7 @@ def _small(value: bytes | memoryview | None) -> bytes:
     return bytes(value) if len(value) <= 64 else b"?"
 
 
-class LmdbReader:
+class LmdbReader(ReaderBase):
     """Reads spans of one LMDB shard through one environment it owns (see the module docstring)."""
 
     def __init__(self, path: Path, index: object = None, *, check: bool = True) -> None:
@@ -334,23 +342,8 @@ class LmdbReader:
             raise CorruptShardError.at(shard, detail)
         return keys, layouts, len(keys)
 
-    def close(self) -> None:
-        self._closer()
 
-    def __enter__(self) -> LmdbReader:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-
-class LmdbFormat:
-    name = FORMAT_INFO["lmdb"].name
-    suffix = FORMAT_INFO["lmdb"].suffix
-    needs_index = FORMAT_INFO["lmdb"].needs_index
-
+class LmdbFormat(FormatBase, format_name="lmdb"):
     def open_writer(self, path: Path) -> LmdbWriter:
         return LmdbWriter(path)
 
@@ -368,12 +361,6 @@ class LmdbFormat:
                 "through the cache (cache=True)"
             )
         return LmdbReader(path, index, check=check)
-
-    def read(
-        self, path: Path, start: int, stop: int, offsets: Offsets | None = None, *, check: bool = True
-    ) -> Iterator[tuple[str, Fields]]:
-        with LmdbReader(path, offsets, check=check) as reader:
-            yield from reader.read(start, stop)
 
     def read_across(
         self,

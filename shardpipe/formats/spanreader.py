@@ -15,13 +15,20 @@ import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TypeVar, cast
 
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.formats.base import ColumnsOut, Fields, Offsets, RemoteBytes, ShardReader
+from shardpipe.formats.base import (
+    ColumnsOut,
+    Fields,
+    FormatBase,
+    Offsets,
+    ReaderBase,
+    RemoteBytes,
+    ShardReader,
+)
 from shardpipe.formats.layout import (
     OFFSET,
     Rows,
@@ -66,7 +73,7 @@ class ReadBuffer:
         return memoryview(self._data)[:size]
 
 
-class SpanReader:
+class SpanReader(ReaderBase):
     """Reads samples ``[start, stop)`` of one shard; subclasses implement :meth:`_read_chunk`."""
 
     format_name = ""
@@ -253,17 +260,6 @@ class SpanReader:
         format's parser."""
         raise NotImplementedError
 
-    def close(self) -> None:
-        self._closer()
-
-    def __enter__(self) -> SpanReader:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
 
 def _close(fd: int) -> None:
     if fd >= 0:
@@ -289,7 +285,7 @@ Part = tuple[SpanReader, int, int]
 """Samples ``[start, stop)`` of the shard a reader has open."""
 
 
-class SpanFormat:
+class SpanFormat(FormatBase):
     """What the formats read by byte offset share (their ``Format`` classes derive from it)."""
 
     def read_across(

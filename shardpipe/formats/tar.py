@@ -9,14 +9,14 @@ for foreign names and plain offsets, and version-1 indexes fall back to checking
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from itertools import chain
 from pathlib import Path
 
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats.base import FORMAT_INFO, WRITE_BUFFER, Column, Fields, Offsets, RemoteBytes
+from shardpipe.formats.base import WRITE_BUFFER, Column, Fields, Offsets, RemoteBytes
 from shardpipe.formats.layout import (
     CHECKSUM,
     KEY_START,
@@ -232,11 +232,7 @@ def _check_member_headers(
     verify_checksums(view, (headers[present] - base).tolist(), shard, base)
 
 
-class TarFormat(SpanFormat):
-    name = FORMAT_INFO["tar"].name
-    suffix = FORMAT_INFO["tar"].suffix
-    needs_index = FORMAT_INFO["tar"].needs_index
-
+class TarFormat(SpanFormat, format_name="tar"):
     def open_writer(self, path: Path) -> TarWriter:
         return TarWriter(path)
 
@@ -244,12 +240,6 @@ class TarFormat(SpanFormat):
         self, path: Path, index: Offsets | None, *, check: bool = True, remote: RemoteBytes | None = None
     ) -> TarReader:
         return TarReader(path, index, check=check, remote=remote)
-
-    def read(
-        self, path: Path, start: int, stop: int, offsets: Offsets | None, *, check: bool = True
-    ) -> Iterator[tuple[str, Fields]]:
-        with TarReader(path, offsets, check=check) as reader:
-            yield from reader.read(start, stop)
 
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         shard = str(path)

@@ -20,7 +20,7 @@ import numpy as np
 from crc32c import crc32c
 
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats.base import FORMAT_INFO, WRITE_BUFFER, Column, Fields, Offsets, RemoteBytes
+from shardpipe.formats.base import WRITE_BUFFER, Column, Fields, Offsets, RemoteBytes
 from shardpipe.formats.layout import (
     CHECKSUM,
     KEY_STOP,
@@ -195,11 +195,7 @@ class TfrecordReader(SpanReader):
         return out
 
 
-class TfrecordFormat(SpanFormat):
-    name = FORMAT_INFO["tfrecord"].name
-    suffix = FORMAT_INFO["tfrecord"].suffix
-    needs_index = FORMAT_INFO["tfrecord"].needs_index
-
+class TfrecordFormat(SpanFormat, format_name="tfrecord"):
     def open_writer(self, path: Path) -> TfrecordWriter:
         return TfrecordWriter(path)
 
@@ -207,12 +203,6 @@ class TfrecordFormat(SpanFormat):
         self, path: Path, index: Offsets | None, *, check: bool = True, remote: RemoteBytes | None = None
     ) -> TfrecordReader:
         return TfrecordReader(path, index, check=check, remote=remote)
-
-    def read(
-        self, path: Path, start: int, stop: int, offsets: Offsets | None, *, check: bool = True
-    ) -> Iterator[tuple[str, Fields]]:
-        with TfrecordReader(path, offsets, check=check) as reader:
-            yield from reader.read(start, stop)
 
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         shard, stem = str(path), Path(path).stem
