@@ -96,6 +96,9 @@ class Manifest:
     """How samples are ordered within a split (method, and the seed of a hashed order)."""
     job: dict[str, Any] = field(default_factory=dict)
     """The pack job (fingerprint, output-shaping options, source) that a resume compares against."""
+    skipped: dict[str, Any] = field(default_factory=dict)
+    """Inputs a transform failed on and ``on_error="skip"`` left out: ``count``, and ``samples`` (the
+    first ones, each ``{"key", "error"}``)."""
     manifest_version: int = MANIFEST_VERSION
     """The version this manifest was read as (1: no per-sample checksums); always written as the current."""
     index_version: int = INDEX_VERSION
@@ -122,6 +125,7 @@ class Manifest:
             "shard_limits": self.shard_limits,
             **({"order": self.order} if self.order else {}),
             **({"job": self.job} if self.job else {}),
+            **({"skipped": self.skipped} if self.skipped else {}),
             "splits": {
                 name: {
                     "samples": sum(s.num_samples for s in shards),
@@ -193,6 +197,7 @@ class Manifest:
             sample_checksum=checksum,
             order=_expect(data.get("order", {}), dict, "order"),
             job=_expect(data.get("job", {}), dict, "job"),
+            skipped=_expect(data.get("skipped", {}), dict, "skipped"),
         )
 
 

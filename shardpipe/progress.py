@@ -25,6 +25,7 @@ class Progress:
         self.unit = unit
         self.samples = 0
         self.num_bytes = 0
+        self.note = ""
         self.stream = stream or sys.stderr
         self.log_every_s = log_every_s
         self.quiet = quiet
@@ -42,12 +43,16 @@ class Progress:
                 file=self.stream,
             )
 
-    def update(self, samples: int, num_bytes: int) -> None:
+    def update(self, samples: int, num_bytes: int, *, note: str | None = None) -> None:
+        """Count ``samples`` more (and their bytes); ``note`` (e.g. "412 out") is shown beside the count."""
         self.samples += samples
         self.num_bytes += num_bytes
+        if note is not None:
+            self.note = note
         if self._bar is not None:
             self._bar.update(samples)
-            self._bar.set_postfix_str(f"{self.num_bytes / 1e6:,.1f} MB", refresh=False)
+            postfix = f"{self.num_bytes / 1e6:,.1f} MB" + (f", {self.note}" if self.note else "")
+            self._bar.set_postfix_str(postfix, refresh=False)
         elif not self.quiet and time.perf_counter() - self._last_log >= self.log_every_s:
             self._last_log = time.perf_counter()
             self._log_line()
@@ -64,7 +69,8 @@ class Progress:
         left = self.total_samples - self.samples
         eta = f", ETA {left / rate:,.0f} s" if rate > 0 and left > 0 else ""
         print(
-            f"{self.description}: {self.samples:,}/{self.total_samples:,} {self.unit}, "
+            f"{self.description}: {self.samples:,}/{self.total_samples:,} {self.unit}"
+            f"{f' ({self.note})' if self.note else ''}, "
             f"{self.num_bytes / 1e6:,.1f} MB, {rate:,.0f} {self.unit}/s, "
             f"{self.num_bytes / 1e6 / elapsed:,.1f} MB/s{eta}, {elapsed:,.1f} s",
             file=self.stream,

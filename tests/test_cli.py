@@ -199,5 +199,5 @@ def test_file_changed_after_the_scan_is_named_with_overwrite(
         return original(job, out, format_name, source_options)
 
     monkeypatch.setattr("shardpipe.packing.pipeline.write_shard", grow_then_write)
-    result = run("pack", tmp_path / "src", tmp_path / "out", "--format", "tar")
+    result = run("pack", tmp_path / "src", tmp_path / "out", "--format", "tar", "--workers", "1")
     assert_clean_failure(result, 1, "changed while packing", "rerun the pack with --overwrite")

@@ -33,7 +33,9 @@ def reusable(out: Path, entry: ShardEntry | None) -> ShardEntry | None:
 
 
 def read_journal(path: Path) -> tuple[dict[str, object], list[ShardEntry]]:
-    return parse_journal(path.read_text())
+    header, entries, pieces = parse_journal(path.read_text())
+    assert pieces == []  # pieces are journaled by packs with a map only
+    return header, entries
 
 
 OPTIONS = {"format": "tar", "seed": 0, "order": "hashed", "max_samples": 10}

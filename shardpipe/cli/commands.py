@@ -12,10 +12,12 @@ secret-looking options are masked.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import click
 
@@ -137,7 +139,8 @@ def main() -> None:
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
-    help="Shard writers in parallel. Default: 1; with --engine ray: the cluster's CPUs.",
+    help="Processes that scan, map and write in parallel. Default: the CPUs this process may use; with "
+    "--engine ray: the cluster's CPUs. The output is the same for any count.",
 )
 @click.option(
     "--engine",
@@ -166,6 +169,40 @@ def main() -> None:
 )
 @click.option("--skip-incomplete", is_flag=True, help="Leave out samples missing a field the others have.")
 @click.option(
+    "--map",
+    "map_spec",
+    metavar="MODULE:FUNCTION",
+    help="Apply FUNCTION to every sample while packing: it takes a dict {'__key__': ..., 'jpg': b'...', ...} "
+    "and returns one, None (drop it) or a list of them (each with its own key). MODULE must be importable "
+    "by every worker (installed, or on PYTHONPATH).",
+)
+@click.option(
+    "--map-version",
+    metavar="TEXT",
+    help="A version for the map, recorded in the manifest; a resume with another version refuses.",
+)
+@click.option(
+    "--on-error",
+    type=click.Choice(["raise", "skip"]),
+    default="raise",
+    show_default=True,
+    help="When the map or the image preparation fails on a sample: stop naming it (raise), or leave it "
+    "out, counted and named in the manifest (skip).",
+)
+@click.option(
+    "--image-max-side",
+    type=click.IntRange(min=1),
+    metavar="PIXELS",
+    help="Shrink images (jpg, png, webp fields) so their longest side is at most PIXELS (EXIF orientation "
+    "applied, Lanczos); smaller images are kept as they are. Needs Pillow (shardpipe[image]).",
+)
+@click.option(
+    "--image-quality",
+    type=click.IntRange(1, 100),
+    metavar="Q",
+    help="JPEG/WebP quality of the shrunk images (default 90). Needs --image-max-side.",
+)
+@click.option(
     "--resume",
     is_flag=True,
     help="Continue an interrupted pack of the same job: keep finished shards, redo the rest. On a finished "
@@ -178,7 +215,9 @@ def main() -> None:
 def pack(
     src: str, out: str, format_name: str, split_spec: str | None, seed: int, order: str,
     max_samples: int | None, max_bytes: str, workers: int | None, engine: str, ray_address: str | None,
-    labels: str | None, literal_fields: str, skip_incomplete: bool, resume: bool, overwrite: bool,
+    labels: str | None, literal_fields: str, skip_incomplete: bool, map_spec: str | None,
+    map_version: str | None, on_error: Literal["raise", "skip"], image_max_side: int | None,
+    image_quality: int | None, resume: bool, overwrite: bool,
     quiet: bool, storage_options: dict[str, Any],
 ) -> None:  # fmt: skip
     """Pack SRC (a folder tree, or a .csv/.jsonl/.parquet file list) into shards in OUT.
@@ -191,10 +230,17 @@ def pack(
       cat/0001.jpg + cat/0001.json  ->  sample 'cat/0001' with fields jpg, json
     A file list needs a 'key' column and one column per field (a file path, or a value).
     OUT gets manifest.json and OUT/<split>/shard-000000.<ext> (+ .idx offset indexes for tar/tfrecord).
+
+    \b
+    Preparing while packing (the same shards for any --workers or --engine):
+      --image-max-side 512 --image-quality 90     shrink and re-encode images
+      --map mymaps:tokenize                       run your own function on every sample
     """
     if ray_address is not None and engine != "ray":
         raise click.UsageError(f"--ray-address {ray_address} needs --engine ray")
     keep_freed_memory()  # this process is a pack: see process_settings
+    if map_spec is not None and "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` would: a map module beside the user is found
     source, target = location(src), location(out)
     options = PackOptions(
         format=format_name,
@@ -203,10 +249,15 @@ def pack(
         order=order,
         max_samples=max_samples,
         max_bytes=None if max_bytes.lower() == "none" else parse_size(max_bytes),
-        workers=workers or 1,
+        workers=workers,
         labels=labels,
         literal_fields=tuple(f for f in literal_fields.split(",") if f),
         skip_incomplete=skip_incomplete,
+        map=map_spec,
+        map_version=map_version,
+        on_error=on_error,
+        image_max_side=image_max_side,
+        image_quality=image_quality,
         resume=resume,
         overwrite=overwrite,
     )
@@ -233,6 +284,11 @@ def pack(
         click.echo(f"skipped {result.num_skipped_incomplete} incomplete sample(s) (--skip-incomplete)")
     if result.num_ignored_files:
         click.echo(f"ignored {result.num_ignored_files} file(s) without an extension")
+    if result.num_skipped_failed:
+        click.echo(
+            f"skipped {result.num_skipped_failed} sample(s) the map or image preparation failed on "
+            "(--on-error skip); the manifest's 'skipped' names them"
+        )
 
 
 @main.command()

@@ -6,12 +6,17 @@ is in :data:`JOB_OPTIONS`, recorded in the manifest and compared by a resume.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from shardpipe.errors import UsageError
 from shardpipe.formats import format_info
+from shardpipe.packing.images import DEFAULT_QUALITY, ImagePreparation
+from shardpipe.packing.samples import Sample
 from shardpipe.packing.split import SPLIT_METHOD
+from shardpipe.packing.transform import OnError, Transform, map_identity, resolve
 
 ORDERS = ("hashed", "sorted")
 ORDER_HASH = "blake2b-64(f'{seed}:{key}', person=b'shardpipe-order') ascending, ties by key"
@@ -20,7 +25,11 @@ JOB_OPTIONS = (
     "format", "split", "seed", "order", "max_samples", "max_bytes", "labels", "literal_fields",
     "skip_incomplete",
 )  # fmt: skip
-"""The :class:`PackOptions` fields that shape the output; the others say how to run the job."""
+"""The :class:`PackOptions` fields that shape the output of every job; a job that transforms its samples
+also records the transform (:meth:`PackOptions.job_options`). The others say how to run the job."""
+TRANSFORM_OPTIONS = ("map", "map_version", "on_error", "image_max_side", "image_quality")
+"""The fields that shape the output when a job maps or prepares its samples, recorded only then (so the
+job of a pack without them is identified as it was before they existed)."""
 
 
 class ConflictingOptionsError(UsageError):
@@ -45,18 +54,32 @@ class PackOptions:
     order: str = "hashed"
     max_samples: int | None = None
     max_bytes: int | None = 256_000_000
-    workers: int = 1
+    workers: int | None = None
+    """Processes that scan, map and write; ``None``: the CPUs this process may use. The output is the
+    same for any count."""
     labels: str | None = None
     literal_fields: tuple[str, ...] = ()
     skip_incomplete: bool = False
     resume: bool = False
     overwrite: bool = False
+    map: Callable[[Sample], Any] | str | None = None
+    """A function applied to every sample (:mod:`shardpipe.packing.mapping`): a callable, or
+    ``"package.module:function"``."""
+    map_version: str | None = None
+    """A version the user declares for the map, recorded with it (a resume compares it)."""
+    on_error: OnError = "raise"
+    """A sample the map or the image preparation fails on: ``raise`` stops the pack naming it, ``skip``
+    leaves it out, counted and named in the manifest."""
+    image_max_side: int | None = None
+    """Shrink image fields so their longest side is at most this (:mod:`shardpipe.packing.images`)."""
+    image_quality: int | None = None
+    """The JPEG / WebP quality of shrunk images (default 90)."""
 
     def __post_init__(self) -> None:
         format_info(self.format)
         if self.order not in ORDERS:
             raise UsageError(f"order {self.order!r} is not one of {', '.join(ORDERS)}")
-        if self.workers < 1:
+        if self.workers is not None and self.workers < 1:
             raise UsageError(f"workers must be at least 1, got {self.workers}")
         if self.max_samples is not None and self.max_samples < 1:
             raise UsageError(f"max_samples must be at least 1, got {self.max_samples}")
@@ -64,11 +87,36 @@ class PackOptions:
             raise UsageError(f"max_bytes must be at least 1, got {self.max_bytes}")
         if self.resume and self.overwrite:
             raise ConflictingOptionsError.of("resume", "overwrite")
+        if self.on_error not in ("raise", "skip"):
+            raise UsageError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        if self.image_quality is not None and self.image_max_side is None:
+            raise UsageError("image_quality applies to the images image_max_side shrinks: give it too")
+        self.transform()  # checks the map's spec and the image settings now, not in a worker
+
+    @property
+    def num_workers(self) -> int:
+        return self.workers if self.workers is not None else usable_cpus()
+
+    def transform(self) -> Transform | None:
+        """What runs on every sample, or None when the pack copies samples as they are."""
+        images = None
+        if self.image_max_side is not None:
+            images = ImagePreparation(self.image_max_side, self.image_quality or DEFAULT_QUALITY)
+        if self.map is None and images is None:
+            return None
+        if self.map is not None:
+            resolve(self.map)
+        return Transform(self.map, images)
 
     def job_options(self) -> dict[str, Any]:
         """The options that shape the output, JSON-safe: what the manifest records and a resume compares."""
         found = {name: getattr(self, name) for name in JOB_OPTIONS}
         found["literal_fields"] = list(self.literal_fields)
+        transform = self.transform()
+        if transform is not None:
+            found["map"] = None if self.map is None else map_identity(self.map, self.map_version)
+            found["image"] = None if transform.images is None else transform.images.identity()
+            found["on_error"] = self.on_error
         return found
 
     def split_rule(self) -> dict[str, Any]:
@@ -83,3 +131,9 @@ class PackOptions:
         if self.order == "sorted":
             return {"method": "sorted", "rule": "key order (code point order of the key)"}
         return {"method": "hashed", "rule": ORDER_HASH, "seed": self.seed}
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1

@@ -21,11 +21,12 @@ complete exactly when its manifest exists. Errors are in library terms (:class:`
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shardpipe.errors import UsageError
 from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest, write_manifest
+from shardpipe.packing.mapping import STAGING, MappedPiece
 from shardpipe.storage import ObjectNotFoundError, Store
 
 JOURNAL_NAME = ".shardpipe-journal.jsonl"
@@ -45,10 +46,12 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """OUT made ready: the journal's finished shards to consider, or the finished dataset already there."""
+    """OUT made ready: the journal's finished shards (and mapped pieces) to consider, or the finished
+    dataset already there."""
 
     finished: dict[str, ShardEntry]
     complete: Manifest | None = None
+    pieces: dict[int, MappedPiece] = field(default_factory=dict)
 
 
 class OutputNotEmptyError(UsageError):
@@ -108,12 +111,12 @@ class Output:
             store.remove_temporaries()
             return Prepared({}, manifest)
         elif resume and store.exists(JOURNAL_NAME):
-            header, entries = parse_journal(store.read(JOURNAL_NAME).decode())
+            header, entries, pieces = parse_journal(store.read(JOURNAL_NAME).decode())
             differences = compare_jobs(header, job)
             if differences:
                 raise JobMismatchError.at(self.display, differences, complete=False)
             store.remove_temporaries()
-            return Prepared({e.path: e for e in entries})
+            return Prepared({e.path: e for e in entries}, pieces={p.index: p for p in pieces})
         elif store.list_keys():
             raise OutputNotEmptyError.at(self.display, has_manifest)
         store.put(JOURNAL_NAME, (json.dumps(job.to_json()) + "\n").encode())
@@ -134,15 +137,23 @@ class Output:
             return None
         return entry
 
-    def record(self, entry: ShardEntry) -> None:
-        """Journal one finished shard, durably, before the next is recorded."""
-        self.store.append(JOURNAL_NAME, (json.dumps(entry.to_json()) + "\n").encode())
+    def reusable_piece(self, piece: MappedPiece | None) -> MappedPiece | None:
+        """A journaled mapped piece whose staged object is still as recorded, else None."""
+        if piece is None or not self._unchanged(piece.path, piece.num_bytes, piece.sha256):
+            return None
+        return piece
+
+    def record(self, done: ShardEntry | MappedPiece) -> None:
+        """Journal one finished shard or mapped piece (one line), before the next is recorded."""
+        self.store.append(JOURNAL_NAME, (json.dumps(done.to_json()) + "\n").encode())
 
     def commit(self, manifest: Manifest) -> None:
-        """The last step: the manifest goes in place, then the journal goes."""
+        """The last step: the manifest goes in place, then the journal goes, then what was staged."""
         self.store.remove_temporaries()  # an attempt an engine killed mid-write and retried left one
         write_manifest(self.store, manifest)
         self.store.remove(JOURNAL_NAME)
+        for key in self.store.list_keys(STAGING):
+            self.store.remove(key)
 
     def _unchanged(self, key: str, size: int | None, sha256: str | None) -> bool:
         try:
@@ -154,10 +165,12 @@ class Output:
         return self.store.local_path(key) is None or self.store.sha256(key)[0] == sha256
 
     def _remove_outputs(self) -> None:
-        """For ``overwrite``: what a pack writes (manifest, journal, ``<split>/shard-*``), nothing else."""
+        """For ``overwrite``: what a pack writes (manifest, journal, ``<split>/shard-*``, the staging
+        folder), nothing else."""
         for key in self.store.list_keys():
             parts = key.split("/")
-            if key in (MANIFEST_NAME, JOURNAL_NAME) or (len(parts) == 2 and parts[1].startswith("shard-")):
+            ours = key in (MANIFEST_NAME, JOURNAL_NAME) or parts[0] == STAGING
+            if ours or (len(parts) == 2 and parts[1].startswith("shard-")):
                 self.store.remove(key)
 
 
@@ -170,10 +183,11 @@ def compare_jobs(found: dict[str, Any], expected: Job) -> tuple[str, ...]:
             f"found pack job {found.get('fingerprint') or 'unrecorded'}, expected {expected.fingerprint} "
             "(an older shardpipe recorded no options to compare)",
         )
+    names = dict.fromkeys([*expected.options, *found["options"]])  # an option one of them lacks differs too
     differences = [
-        f"{name}: found {found['options'].get(name)!r}, expected {value!r}"
-        for name, value in expected.options.items()
-        if found["options"].get(name) != value
+        f"{name}: found {found['options'].get(name)!r}, expected {expected.options.get(name)!r}"
+        for name in names
+        if found["options"].get(name) != expected.options.get(name)
     ]
     if found.get("source") != expected.source:
         differences.append(f"source: found {found.get('source')!r}, expected {expected.source!r}")
@@ -185,8 +199,8 @@ def compare_jobs(found: dict[str, Any], expected: Job) -> tuple[str, ...]:
     return tuple(differences)
 
 
-def parse_journal(text: str) -> tuple[dict[str, Any], list[ShardEntry]]:
-    """A journal's job header and its finished shards, up to a line cut short by a kill."""
+def parse_journal(text: str) -> tuple[dict[str, Any], list[ShardEntry], list[MappedPiece]]:
+    """A journal's job header, its finished shards and mapped pieces, up to a line cut short by a kill."""
     lines = text.splitlines()
     try:
         header = json.loads(lines[0]) if lines else {}
@@ -194,10 +208,14 @@ def parse_journal(text: str) -> tuple[dict[str, Any], list[ShardEntry]]:
         header = {}
     if "job" in header:  # the header of an older shardpipe: the fingerprint alone
         header = {"fingerprint": header["job"]}
-    entries = []
+    entries, pieces = [], []
     for line in lines[1:]:
         try:
-            entries.append(ShardEntry.from_json(json.loads(line)))
-        except (ValueError, KeyError):
+            data = json.loads(line)
+            if "piece" in data:
+                pieces.append(MappedPiece.from_json(data))
+            else:
+                entries.append(ShardEntry.from_json(data))
+        except (ValueError, KeyError, TypeError):
             break  # the line being written when the process died
-    return header, entries
+    return header, entries, pieces

@@ -1,16 +1,19 @@
-"""``pack``: source -> split -> plan -> write -> manifest.
+"""``pack``: source -> split -> plan -> (map) -> write -> manifest.
 
-The flow: scan the source (:mod:`shardpipe.sources`), plan every shard once (:mod:`.plan`: split, order,
-cuts, the job fingerprint), make OUT ready (:mod:`.output`: journal, resume, overwrite), write the shards
-not already done (:mod:`.write`) on an engine (:mod:`.engine`), then commit the manifest last and remove
-the journal. SRC and OUT may each be a local path or a URL: every step goes through the storage seam, so
-the flow is the same for both.
+The flow: scan the source (:mod:`shardpipe.sources`), plan the work once (:mod:`.plan`: split, order,
+cuts, the job fingerprint), make OUT ready (:mod:`.output`: journal, resume, overwrite), do the work not
+already done on an engine (:mod:`.engine`), then commit the manifest last and remove the journal. SRC and
+OUT may each be a local path or a URL: every step goes through the storage seam.
+
+Without a transform, each task writes one planned shard from its source files (:mod:`.write`). With a
+map or the image preparation, tasks first map pieces of the inputs, then write shards of the outputs
+(:mod:`.mapping`, which says why the cut stays a pure function of the ordered outputs).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -18,9 +21,17 @@ from typing import Any
 from shardpipe.formats import format_info
 from shardpipe.manifest import Manifest, ShardEntry
 from shardpipe.packing.engine import local_pool, run_tasks
+from shardpipe.packing.mapping import (
+    MappedPiece,
+    map_piece,
+    plan_mapped_shards,
+    plan_pieces,
+    skipped_record,
+    write_mapped_shard,
+)
 from shardpipe.packing.options import PackOptions
-from shardpipe.packing.output import Job, Output
-from shardpipe.packing.plan import fingerprint, plan_jobs
+from shardpipe.packing.output import Job, Output, Prepared
+from shardpipe.packing.plan import Planned, fingerprint, plan_jobs, split_samples
 from shardpipe.packing.write import write_shard
 from shardpipe.process_settings import pausing_gc
 from shardpipe.progress import Progress
@@ -37,6 +48,8 @@ class PackResult:
     num_ignored_files: int
     already_complete: bool = False
     """True when ``resume`` found this job already finished in OUT: nothing was written."""
+    num_skipped_failed: int = 0
+    """Inputs a transform failed on, left out under ``on_error="skip"`` (named in the manifest)."""
 
 
 def pack(
@@ -50,15 +63,15 @@ def pack(
 ) -> PackResult:
     """Pack ``src`` (a folder tree or a file list) into shards and a manifest in ``out``.
 
-    The scan and the shard writes run on ``executor``; ``None`` is a local process pool of
+    The scan, the map and the shard writes run on ``executor``; ``None`` is a local process pool of
     ``options.workers`` processes (this process alone for one). The output is the same whatever runs it
-    (:mod:`shardpipe.packing.engine`). ``src`` and ``out`` may be URLs; ``storage_options`` go to every store
-    they need (fsspec's filesystem options).
+    (:mod:`shardpipe.packing.engine`). ``src`` and ``out`` may be URLs; ``storage_options`` go to every
+    store they need (fsspec's filesystem options).
     """
     with pausing_gc():
         if executor is not None:
             return _pack(src, out, options, quiet, executor, storage_options)
-        with local_pool(options.workers) as pool:
+        with local_pool(options.num_workers) as pool:
             return _pack(src, out, options, quiet, pool, storage_options)
 
 
@@ -80,37 +93,94 @@ def _pack(
         pool=executor,
         storage_options=storage_options,
     )
-    jobs = plan_jobs(scan.table, format_info(options.format).suffix, options)
+    suffix = format_info(options.format).suffix
+    transform = options.transform()
+    pieces = plan_pieces(split_samples(scan.table, options)) if transform is not None else []
+    jobs = plan_jobs(scan.table, suffix, options) if transform is None else []
     source = redact_url(str(src)) if isinstance(src, str) else os.fspath(src)  # never a credential
-    job = Job(fingerprint(jobs, options), options.job_options(), source)
+    planned: Sequence[Planned] = pieces if transform is not None else jobs
+    job = Job(fingerprint(planned, options), options.job_options(), source)
     prepared = target.prepare(job, resume=options.resume, overwrite=options.overwrite)
     counts = (scan.num_skipped_incomplete, scan.num_ignored_files)
     if prepared.complete is not None:
         num_shards = sum(len(shards) for shards in prepared.complete.splits.values())
-        return PackResult(prepared.complete, 0, num_shards, *counts, already_complete=True)
-    reused = {j.relpath: e for j in jobs if (e := target.reusable(prepared.finished.get(j.relpath)))}
-    todo = [j for j in jobs if j.relpath not in reused]
+        skipped = int(prepared.complete.skipped.get("count", 0))
+        return PackResult(prepared.complete, 0, num_shards, *counts, True, skipped)
 
-    progress = Progress(f"pack {options.format}", sum(len(j.samples) for j in jobs), quiet=quiet)
-    progress.update(sum(e.num_samples for e in reused.values()), sum(e.num_bytes for e in reused.values()))
-    written: dict[str, ShardEntry] = {}
-    for entry in run_tasks(write_shard, todo, (target.store, options.format, storage_options), executor):
-        target.record(entry)
-        written[entry.path] = entry
-        progress.update(entry.num_samples, entry.num_bytes)
-    progress.close()
+    mapped: list[MappedPiece] = []
+    if transform is None:
+        write: Callable[..., ShardEntry] = write_shard
+        args: tuple[Any, ...] = (target.store, options.format, storage_options)
+    else:
+        mapped = _map(pieces, target, prepared, executor, quiet,
+                      (target.store, transform, options.on_error, storage_options))  # fmt: skip
+        jobs = plan_mapped_shards(  # type: ignore[assignment]
+            mapped, suffix, max_samples=options.max_samples, max_bytes=options.max_bytes
+        )
+        write, args = write_mapped_shard, (target.store, options.format)
+    entries, num_written, num_reused = _write(jobs, write, args, target, prepared, executor, options, quiet)
 
-    entries = {**reused, **written}
     manifest = Manifest(
         format=options.format,
-        fields=scan.table.fields,
+        fields=scan.table.fields if transform is None else next((p.fields for p in mapped if p.keys), ()),
         classes=scan.classes,
-        splits={name: tuple(entries[j.relpath] for j in jobs if j.split == name) for name in options.split},
+        splits={
+            name: tuple(e for j, e in zip(jobs, entries, strict=True) if j.split == name)
+            for name in options.split
+        },
         source={"kind": scan.kind, "path": source, "labels": options.labels},
         split_rule=options.split_rule(),
         shard_limits=options.shard_limits(),
         order=options.order_rule(),
         job=job.to_json(),
+        skipped=skipped_record(mapped),
     )
     target.commit(manifest)
-    return PackResult(manifest, len(written), len(reused), *counts)
+    return PackResult(manifest, num_written, num_reused, *counts, False, sum(len(p.skipped) for p in mapped))
+
+
+def _map(
+    pieces: Sequence[Any], target: Output, prepared: Prepared, executor: Executor | None, quiet: bool,
+    args: tuple[Any, ...],
+) -> list[MappedPiece]:  # fmt: skip
+    """Every piece mapped and staged (journaled ones kept when still intact), in plan order."""
+    done = {p.index: kept for p in pieces if (kept := target.reusable_piece(prepared.pieces.get(p.index)))}
+    progress = Progress("map", sum(len(p.samples) for p in pieces), quiet=quiet)
+    outputs = 0
+
+    def count(piece: MappedPiece) -> None:
+        nonlocal outputs
+        outputs += len(piece.keys)
+        progress.update(piece.num_inputs, sum(piece.sizes), note=f"{outputs:,} out")
+
+    for piece in done.values():
+        count(piece)
+    for piece in run_tasks(map_piece, [p for p in pieces if p.index not in done], args, executor):
+        target.record(piece)
+        done[piece.index] = piece
+        count(piece)
+    progress.close()
+    return [done[p.index] for p in pieces]
+
+
+def _write(
+    jobs: Sequence[Any], task: Callable[..., ShardEntry], args: tuple[Any, ...], target: Output,
+    prepared: Prepared, executor: Executor | None, options: PackOptions, quiet: bool,
+) -> tuple[list[ShardEntry], int, int]:  # fmt: skip
+    """Every planned shard written (journaled ones kept when still intact); the entries in plan order,
+    and how many were written and kept."""
+    reused = {j.relpath: e for j in jobs if (e := target.reusable(prepared.finished.get(j.relpath)))}
+    progress = Progress(f"pack {options.format}", sum(_num_samples(j) for j in jobs), quiet=quiet)
+    progress.update(sum(e.num_samples for e in reused.values()), sum(e.num_bytes for e in reused.values()))
+    written: dict[str, ShardEntry] = {}
+    for entry in run_tasks(task, [j for j in jobs if j.relpath not in reused], args, executor):
+        target.record(entry)
+        written[entry.path] = entry
+        progress.update(entry.num_samples, entry.num_bytes)
+    progress.close()
+    entries = {**reused, **written}
+    return [entries[j.relpath] for j in jobs], len(written), len(reused)
+
+
+def _num_samples(job: Any) -> int:
+    return job.num_samples if hasattr(job, "num_samples") else len(job.samples)

@@ -19,6 +19,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -52,13 +53,20 @@ class SampleTooLargeError(DataError):
         return cls(message, key=key, num_bytes=num_bytes, max_bytes=max_bytes)
 
 
-def plan_jobs(table: SampleTable, suffix: str, options: PackOptions) -> list[ShardJob]:
-    """Every shard of every split, in manifest order. ``table`` is in key order, as a scan returns it."""
+def split_samples(table: SampleTable, options: PackOptions) -> dict[str, SampleTable]:
+    """Each split's samples in plan order. ``table`` is in key order, as a scan returns it."""
     if options.order == "hashed":
         table = table.take(hashed_order(table.keys, options.seed))
+    return {
+        name: table if len(rows) == len(table) else table.take(rows)
+        for name, rows in assign_splits(table.keys, options.split, options.seed).items()
+    }
+
+
+def plan_jobs(table: SampleTable, suffix: str, options: PackOptions) -> list[ShardJob]:
+    """Every shard of every split, in manifest order."""
     jobs = []
-    for name, rows in assign_splits(table.keys, options.split, options.seed).items():
-        samples = table if len(rows) == len(table) else table.take(rows)
+    for name, samples in split_samples(table, options).items():
         runs = cut_shards(
             samples.keys, samples.num_bytes, max_samples=options.max_samples, max_bytes=options.max_bytes
         )
@@ -114,8 +122,17 @@ def cut_runs(num_bytes: np.ndarray, *, max_samples: int | None, max_bytes: int |
     return runs
 
 
-def fingerprint(jobs: list[ShardJob], options: PackOptions) -> str:
-    """Identifies a pack job (its output-shaping options + planned shard contents)."""
+class Planned(Protocol):
+    """A unit of planned work (a shard, or a piece to map): where it goes and what it holds."""
+
+    @property
+    def relpath(self) -> str: ...
+    @property
+    def samples(self) -> SampleTable: ...
+
+
+def fingerprint(jobs: Sequence[Planned], options: PackOptions) -> str:
+    """Identifies a pack job (its output-shaping options + planned contents)."""
     digest = hashlib.sha256(json.dumps(options.job_options(), sort_keys=True).encode())
     for job in jobs:
         samples = job.samples

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from shardpipe.errors import DataError
 from shardpipe.formats import get_format
+from shardpipe.formats.base import Column
 from shardpipe.manifest import ShardEntry
 from shardpipe.packing.plan import ShardJob, cut_runs
 from shardpipe.sources import SampleTable
@@ -38,27 +39,30 @@ class SourceFileError(DataError):
 def write_shard(
     job: ShardJob, out: Store, format_name: str, source_options: Mapping[str, Any] | None = None
 ) -> ShardEntry:
-    """Write one shard into ``out``: staged under a temporary name, its index put in place, then the
-    shard published (locally a rename; to an object store an upload, read back and checked).
+    """Write one planned shard into ``out`` (see :func:`write_columns`), its samples read from their
+    files or URLs (:func:`load_batches`). Module-level, and its arguments pickle (a store pickles as its
+    root and options): any executor runs it."""
+    return write_columns(
+        job.relpath, task_store(out), format_name, load_batches(job.samples, job.relpath, source_options)
+    )
 
-    Samples go to the writer in batches of about :data:`BATCH_BYTES`, their files read into one buffer
-    that every batch reuses: the writer frames a batch with its per-field work done once, a worker holds
-    at most one batch of file contents, and no memory is allocated (and page-faulted) per file. Cells
-    that are URLs are fetched through the storage seam with ``source_options`` (:mod:`.urls`).
-    Module-level, and its arguments pickle (a store pickles as its root and options): any executor runs it.
-    """
-    out = task_store(out)
+
+Batch = tuple[Sequence[str], Sequence[str], Sequence[Column]]
+"""Samples as a writer takes them: keys, field names, and one column of values per field."""
+
+
+def write_columns(relpath: str, out: Store, format_name: str, batches: Iterable[Batch]) -> ShardEntry:
+    """Write the samples of ``batches`` as the shard ``relpath`` of ``out``: staged under a temporary
+    name, its index put in place, then the shard published (locally a rename; to an object store an
+    upload, read back and checked). The writer frames each batch with its per-field work done once."""
     fmt = get_format(format_name)
-    samples = job.samples
-    runs = cut_runs(samples.num_bytes, max_samples=None, max_bytes=BATCH_BYTES)
-    buffer = _read_buffer(max(int(samples.sizes[run].sum()) for run in runs))
-    stores = Stores(source_options)
-    with out.staging(job.relpath) as temp:
+    num_samples = 0
+    with out.staging(relpath) as temp:
         writer = fmt.open_writer(temp)
         try:
-            for run in runs:
-                batch = samples.take(run)
-                writer.write_batch(batch.keys, batch.fields, _load(batch, buffer, job.relpath, stores))
+            for keys, names, columns in batches:
+                writer.write_batch(keys, names, columns)
+                num_samples += len(keys)
         except BaseException:
             writer.abort()
             raise
@@ -66,11 +70,27 @@ def write_shard(
         start_writeback(temp)  # overlaps the index and the checksum pass, so publishing waits for little
         index_path = index_sha256 = None
         if fmt.needs_index:  # in place before the shard: a shard is never visible without its index
-            index_path = f"{job.relpath}.idx"
+            index_path = f"{relpath}.idx"
             index_sha256 = out.put(index_path, index.to_bytes())
         sha256, num_bytes = sha256_file(temp), temp.stat().st_size
-        out.publish(job.relpath, temp, sha256)
-    return ShardEntry(job.relpath, len(samples), num_bytes, sha256, index_path, index_sha256)
+        out.publish(relpath, temp, sha256)
+    return ShardEntry(relpath, num_samples, num_bytes, sha256, index_path, index_sha256)
+
+
+def load_batches(
+    samples: SampleTable, where: str, source_options: Mapping[str, Any] | None
+) -> Iterator[Batch]:
+    """The samples' bytes in batches of about :data:`BATCH_BYTES`, read into one buffer that every batch
+    reuses (a worker holds at most one batch of file contents, and no memory is allocated, and
+    page-faulted, per file). A batch's values may be views of that buffer: use them before the next.
+    URL cells are fetched through the storage seam with ``source_options`` (:mod:`shardpipe.sources.urls`);
+    errors name ``where`` (the shard or piece being made)."""
+    runs = cut_runs(samples.num_bytes, max_samples=None, max_bytes=BATCH_BYTES)
+    buffer = _read_buffer(max(int(samples.sizes[run].sum()) for run in runs))
+    stores = Stores(source_options)
+    for run in runs:
+        batch = samples.take(run)
+        yield batch.keys, batch.fields, _load(batch, buffer, where, stores)
 
 
 _local = threading.local()  # one buffer per thread: an executor may run shards on threads

@@ -98,12 +98,15 @@ class LocalStore:
                 size += len(chunk)
         return digest.hexdigest(), size
 
-    def put(self, key: str, data: bytes, *, sha256: str | None = None) -> str:
+    def put(self, key: str, data: bytes, *, sha256: str | None = None, durable: bool = True) -> str:
         digest = hashlib.sha256(data).hexdigest()
         _check_digest(self.url(key), digest, sha256)
         with self.staging(key) as temp:
             temp.write_bytes(data)
-            publish(temp, self.local_path(key))
+            if durable:
+                publish(temp, self.local_path(key))
+            else:
+                os.replace(temp, self.local_path(key))
         return digest
 
     def put_file(self, key: str, source: Path, *, sha256: str | None = None) -> str:

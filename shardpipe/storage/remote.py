@@ -169,7 +169,7 @@ class FsspecStore:
             digest.update(chunk)
         return digest.hexdigest(), size
 
-    def put(self, key: str, data: bytes, *, sha256: str | None = None) -> str:
+    def put(self, key: str, data: bytes, *, sha256: str | None = None, durable: bool = True) -> str:
         digest = hashlib.sha256(data).hexdigest()
         if sha256 is not None and sha256 != digest:
             raise CorruptShardError.at(

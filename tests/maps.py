@@ -1,0 +1,47 @@
+"""Map functions for the pack tests: module-level, so worker processes and Ray tasks import them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Sample = dict[str, Any]
+
+
+def unchanged(sample: Sample) -> Sample:
+    return sample
+
+
+def twice(sample: Sample) -> list[Sample]:
+    """One input becoming two, each with its own key."""
+    return [{**sample, "__key__": f"{sample['__key__']}_{part}"} for part in ("a", "b")]
+
+
+def drop_odd(sample: Sample) -> Sample | None:
+    return None if int(sample["__key__"].rsplit("/", 1)[-1]) % 2 else sample
+
+
+def fail_on_sevens(sample: Sample) -> Sample:
+    if sample["__key__"].endswith("7"):
+        raise ValueError(f"no sevens please ({len(sample['bin'])} bytes)")
+    return sample
+
+
+def grow(sample: Sample) -> Sample:
+    """Outputs larger than their inputs: the shard limits count what the map returns."""
+    return {**sample, "bin": sample["bin"] * 3}
+
+
+def text_not_bytes(sample: Sample) -> Sample:
+    return {**sample, "txt": "a str"}
+
+
+def bad_key(sample: Sample) -> Sample:
+    return {**sample, "__key__": sample["__key__"] + ".v2"}
+
+
+def same_key(sample: Sample) -> Sample:
+    return {**sample, "__key__": "one/key"}
+
+
+def odd_fields(sample: Sample) -> Sample:
+    return {**sample, "extra": b"1"} if sample["__key__"].endswith("3") else sample
