@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.packing import PackOptions, pack
+from shardpipe.packing import PackOptions, mapping, pack
 from shardpipe.packing.ray_engine import MAX_RETRIES, RayExecutor, TaskLostError, check_visible
 from shardpipe.storage import open_store
 from testkit.ray_cluster import free_port, local_ray_processes, token_auth
@@ -292,3 +292,26 @@ def test_a_pack_from_and_to_s3_on_ray_equals_the_local_pack(
     local_files = (p for p in (tmp_path / "local").rglob("*") if p.is_file() and p.name != "manifest.json")
     assert packed == {p.relative_to(tmp_path / "local").as_posix(): p.read_bytes() for p in local_files}
     assert remote.manifest.splits == local.manifest.splits
+
+
+def test_a_pack_with_a_map_on_ray_equals_the_local_pack(
+    executor: RayExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Map tasks and the shard writes of their outputs run as Ray tasks: the same bytes as local processes,
+    with the map's pieces staged through OUT (several pieces per shard and shards across pieces)."""
+    monkeypatch.setattr(mapping, "PIECE_SAMPLES", 7)  # planned in the driver: the tasks get the pieces
+    make_tree(tmp_path / "src", 40)
+    opts = PackOptions(format="tfrecord", max_samples=12, map="tests.maps:twice", on_error="skip")
+    local = pack(tmp_path / "src", tmp_path / "local", opts, quiet=True)
+    on_ray = pack(tmp_path / "src", tmp_path / "ray", opts, quiet=True, executor=executor)
+    files = {
+        p.relative_to(tmp_path / "local"): p.read_bytes()
+        for p in (tmp_path / "local").rglob("*")
+        if p.is_file()
+    }
+    assert files == {
+        p.relative_to(tmp_path / "ray"): p.read_bytes() for p in (tmp_path / "ray").rglob("*") if p.is_file()
+    }
+    assert (
+        on_ray.manifest == local.manifest and sum(s.num_samples for s in local.manifest.splits["train"]) == 80
+    )
