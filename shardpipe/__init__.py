@@ -3,6 +3,7 @@
 The public API (everything else is a private module path)::
 
     from shardpipe import pack, PackOptions, verify, summarize, index_folder, load_manifest
+    from shardpipe import DatasetWriter, pack_items
 
 Names load on first use: ``import loaders`` (which reads shards through :mod:`shardpipe.formats`) does not
 load the pack stage, and the ``shardpipe`` command sets its process up before numpy loads.
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from shardpipe.errors import CorruptShardError, DataError, ShardpipeError, UsageError
     from shardpipe.manifest import Manifest, ShardEntry, load_manifest
     from shardpipe.packing import PackOptions, PackResult, pack
+    from shardpipe.packing.items import pack_items
+    from shardpipe.packing.writer import DatasetWriter
     from shardpipe.packing.ray_engine import RayExecutor
     from shardpipe.storage import RetryPolicy, StorageError, Store, open_store
     from shardpipe.tools.index import index_folder
@@ -36,6 +39,8 @@ _PUBLIC = {
     "PackOptions": "shardpipe.packing",
     "PackResult": "shardpipe.packing",
     "pack": "shardpipe.packing",
+    "pack_items": "shardpipe.packing.items",
+    "DatasetWriter": "shardpipe.packing.writer",
     "RayExecutor": "shardpipe.packing.ray_engine",
     "RetryPolicy": "shardpipe.storage",
     "StorageError": "shardpipe.storage",
@@ -48,6 +53,7 @@ _PUBLIC = {
 __all__ = [
     "CorruptShardError",
     "DataError",
+    "DatasetWriter",
     "Manifest",
     "PackOptions",
     "PackResult",
@@ -63,6 +69,7 @@ __all__ = [
     "load_manifest",
     "open_store",
     "pack",
+    "pack_items",
     "summarize",
     "verify",
 ]

@@ -45,3 +45,23 @@ def same_key(sample: Sample) -> Sample:
 
 def odd_fields(sample: Sample) -> Sample:
     return {**sample, "extra": b"1"} if sample["__key__"].endswith("3") else sample
+
+
+def make_item(item: int) -> Sample | list[Sample] | None:
+    """A sample made from an item (no file behind it): item 3 gives two, every tenth none."""
+    if item % 10 == 9:
+        return None
+    sample = {
+        "__key__": f"items/{item:05d}",
+        "bin": bytes([item % 256]) * (50 + item % 13),
+        "cls": b"%d" % (item % 4),
+    }
+    if item == 3:
+        return [sample, {**sample, "__key__": "items/00003_extra"}]
+    return sample
+
+
+def fail_on_item_seven(item: int) -> Sample:
+    if item == 7:
+        raise RuntimeError("item seven cannot be made")
+    return {"__key__": f"items/{item:05d}", "bin": b"x" * 10}

@@ -128,7 +128,7 @@ def test_fingerprint_follows_paths_values_sizes_and_every_job_option(tmp_path: P
 
     def print_of(columns: list[list[str | bytes]], sizes: np.ndarray, opts: PackOptions = options) -> str:
         changed = SampleTable(table.keys, table.fields, columns, sizes)
-        return fingerprint(plan_jobs(changed, ".tar", opts), opts)
+        return fingerprint([(j.relpath, j.samples) for j in plan_jobs(changed, ".tar", opts)], opts)
 
     original = print_of(table.columns, table.sizes)
     paths, labels = table.columns

@@ -283,7 +283,9 @@ def test_no_secret_reaches_output_logs_journal_or_manifest(
         return original(job, *rest)
 
     monkeypatch.setattr(pipeline, "write_shard", fail_on_third)
-    failed = run("pack", tmp_path / "src", s3_root, *args, "--workers", "1", *flags)  # the patch is in-process
+    failed = run(
+        "pack", tmp_path / "src", s3_root, *args, "--workers", "1", *flags
+    )  # the patch is in-process
     assert failed.exit_code == 1 and "options ***" in failed.output, failed.output
     journal = store.read(JOURNAL_NAME).decode()
     assert len(journal.splitlines()) >= 2

@@ -23,6 +23,7 @@ from shardpipe.manifest import Manifest, ShardEntry
 from shardpipe.packing.engine import local_pool, run_tasks
 from shardpipe.packing.mapping import (
     MappedPiece,
+    Outputs,
     map_piece,
     plan_mapped_shards,
     plan_pieces,
@@ -31,7 +32,7 @@ from shardpipe.packing.mapping import (
 )
 from shardpipe.packing.options import PackOptions
 from shardpipe.packing.output import Job, Output, Prepared
-from shardpipe.packing.plan import Planned, fingerprint, plan_jobs, split_samples
+from shardpipe.packing.plan import fingerprint, plan_jobs, split_samples
 from shardpipe.packing.write import write_shard
 from shardpipe.process_settings import pausing_gc
 from shardpipe.progress import Progress
@@ -98,7 +99,8 @@ def _pack(
     pieces = plan_pieces(split_samples(scan.table, options)) if transform is not None else []
     jobs = plan_jobs(scan.table, suffix, options) if transform is None else []
     source = redact_url(str(src)) if isinstance(src, str) else os.fspath(src)  # never a credential
-    planned: Sequence[Planned] = pieces if transform is not None else jobs
+    planned = [(p.relpath, p.samples) for p in pieces if p.samples is not None]
+    planned += [(j.relpath, j.samples) for j in jobs]
     job = Job(fingerprint(planned, options), options.job_options(), source)
     prepared = target.prepare(job, resume=options.resume, overwrite=options.overwrite)
     counts = (scan.num_skipped_incomplete, scan.num_ignored_files)
@@ -112,40 +114,56 @@ def _pack(
         write: Callable[..., ShardEntry] = write_shard
         args: tuple[Any, ...] = (target.store, options.format, storage_options)
     else:
-        mapped = _map(pieces, target, prepared, executor, quiet,
+        mapped = map_all(pieces, target, prepared, executor, quiet,
                       (target.store, transform, options.on_error, storage_options))  # fmt: skip
+        outputs = Outputs.of(mapped)
         jobs = plan_mapped_shards(  # type: ignore[assignment]
-            mapped, suffix, max_samples=options.max_samples, max_bytes=options.max_bytes
-        )
+            outputs, outputs.by_piece_split(), suffix, max_samples=options.max_samples,
+            max_bytes=options.max_bytes,
+        )  # fmt: skip
         write, args = write_mapped_shard, (target.store, options.format)
-    entries, num_written, num_reused = _write(jobs, write, args, target, prepared, executor, options, quiet)
+    entries, num_written, num_reused = write_all(
+        jobs, write, args, target, prepared, executor, options, quiet
+    )
 
-    manifest = Manifest(
+    fields = scan.table.fields if transform is None else Outputs.of(mapped).fields
+    source_record = {"kind": scan.kind, "path": source, "labels": options.labels}
+    manifest = job_manifest(options, fields, jobs, entries, source_record, job, mapped, classes=scan.classes)
+    target.commit(manifest)
+    return PackResult(manifest, num_written, num_reused, *counts, False, sum(len(p.skipped) for p in mapped))
+
+
+def job_manifest(
+    options: PackOptions, fields: tuple[str, ...], jobs: Sequence[Any], entries: Sequence[ShardEntry],
+    source: dict[str, Any], job: Job, mapped: Sequence[MappedPiece],
+    *, classes: tuple[str, ...] | None = None,
+) -> Manifest:  # fmt: skip
+    """The manifest of a finished job: its shards by split in plan order, and every rule it followed."""
+    splits = {
+        name: tuple(e for j, e in zip(jobs, entries, strict=True) if j.split == name)
+        for name in options.split
+    }
+    return Manifest(
         format=options.format,
-        fields=scan.table.fields if transform is None else next((p.fields for p in mapped if p.keys), ()),
-        classes=scan.classes,
-        splits={
-            name: tuple(e for j, e in zip(jobs, entries, strict=True) if j.split == name)
-            for name in options.split
-        },
-        source={"kind": scan.kind, "path": source, "labels": options.labels},
+        fields=fields,
+        classes=classes,
+        splits=splits,
+        source=source,
         split_rule=options.split_rule(),
         shard_limits=options.shard_limits(),
         order=options.order_rule(),
         job=job.to_json(),
         skipped=skipped_record(mapped),
     )
-    target.commit(manifest)
-    return PackResult(manifest, num_written, num_reused, *counts, False, sum(len(p.skipped) for p in mapped))
 
 
-def _map(
+def map_all(
     pieces: Sequence[Any], target: Output, prepared: Prepared, executor: Executor | None, quiet: bool,
     args: tuple[Any, ...],
 ) -> list[MappedPiece]:  # fmt: skip
     """Every piece mapped and staged (journaled ones kept when still intact), in plan order."""
     done = {p.index: kept for p in pieces if (kept := target.reusable_piece(prepared.pieces.get(p.index)))}
-    progress = Progress("map", sum(len(p.samples) for p in pieces), quiet=quiet)
+    progress = Progress("map", sum(len(p) for p in pieces), quiet=quiet)
     outputs = 0
 
     def count(piece: MappedPiece) -> None:
@@ -163,7 +181,7 @@ def _map(
     return [done[p.index] for p in pieces]
 
 
-def _write(
+def write_all(
     jobs: Sequence[Any], task: Callable[..., ShardEntry], args: tuple[Any, ...], target: Output,
     prepared: Prepared, executor: Executor | None, options: PackOptions, quiet: bool,
 ) -> tuple[list[ShardEntry], int, int]:  # fmt: skip

@@ -19,7 +19,6 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
@@ -122,21 +121,12 @@ def cut_runs(num_bytes: np.ndarray, *, max_samples: int | None, max_bytes: int |
     return runs
 
 
-class Planned(Protocol):
-    """A unit of planned work (a shard, or a piece to map): where it goes and what it holds."""
-
-    @property
-    def relpath(self) -> str: ...
-    @property
-    def samples(self) -> SampleTable: ...
-
-
-def fingerprint(jobs: Sequence[Planned], options: PackOptions) -> str:
-    """Identifies a pack job (its output-shaping options + planned contents)."""
+def fingerprint(parts: Sequence[tuple[str, SampleTable]], options: PackOptions) -> str:
+    """Identifies a pack job: its output-shaping options and its planned work, each part (a shard, or a
+    piece to map) by where it goes and what it holds (keys, paths or values, sizes)."""
     digest = hashlib.sha256(json.dumps(options.job_options(), sort_keys=True).encode())
-    for job in jobs:
-        samples = job.samples
-        digest.update(repr((job.relpath, samples.fields)).encode())
+    for relpath, samples in parts:
+        digest.update(repr((relpath, samples.fields)).encode())
         for texts in (samples.keys, *samples.columns):
             try:  # keys and paths hold no NUL: joining is unambiguous, and faster than repr
                 digest.update(b"\0" + "\0".join(texts).encode())  # type: ignore[arg-type]

@@ -15,6 +15,13 @@ SPLIT_METHOD = "blake2b-64(f'{seed}:{key}') / 2**64 against cumulative fractions
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
+def check_split_name(name: str) -> str:
+    """A split's name: a folder name of letters, digits, ``_`` and ``-``."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise UsageError(f"split name {name!r} must be letters, digits, '_' or '-' (it names a folder)")
+    return name
+
+
 def parse_split(spec: str | None) -> dict[str, float]:
     """``"train=0.9,val=0.1"`` -> ``{"train": 0.9, "val": 0.1}``; ``None`` -> ``{"train": 1.0}``."""
     if spec is None:

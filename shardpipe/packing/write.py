@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 from shardpipe.errors import DataError
@@ -52,29 +53,49 @@ Batch = tuple[Sequence[str], Sequence[str], Sequence[Column]]
 
 
 def write_columns(relpath: str, out: Store, format_name: str, batches: Iterable[Batch]) -> ShardEntry:
-    """Write the samples of ``batches`` as the shard ``relpath`` of ``out``: staged under a temporary
-    name, its index put in place, then the shard published (locally a rename; to an object store an
-    upload, read back and checked). The writer frames each batch with its per-field work done once."""
-    fmt = get_format(format_name)
-    num_samples = 0
-    with out.staging(relpath) as temp:
-        writer = fmt.open_writer(temp)
-        try:
-            for keys, names, columns in batches:
-                writer.write_batch(keys, names, columns)
-                num_samples += len(keys)
-        except BaseException:
-            writer.abort()
-            raise
-        index = writer.close()
-        start_writeback(temp)  # overlaps the index and the checksum pass, so publishing waits for little
-        index_path = index_sha256 = None
-        if fmt.needs_index:  # in place before the shard: a shard is never visible without its index
-            index_path = f"{relpath}.idx"
-            index_sha256 = out.put(index_path, index.to_bytes())
-        sha256, num_bytes = sha256_file(temp), temp.stat().st_size
-        out.publish(relpath, temp, sha256)
-    return ShardEntry(relpath, num_samples, num_bytes, sha256, index_path, index_sha256)
+    """Write the samples of ``batches`` as the shard ``relpath`` of ``out`` (:class:`ShardFile`)."""
+    shard = ShardFile(relpath, out, format_name)
+    try:
+        for batch in batches:
+            shard.write_batch(*batch)
+    except BaseException:
+        shard.abort()
+        raise
+    return shard.finish()
+
+
+class ShardFile:
+    """One shard being written into a store: staged under a temporary name, then its index put in place
+    and the shard published (locally a rename; to an object store an upload, read back and checked). The
+    writer frames each batch with its per-field work done once. Either :meth:`finish` or :meth:`abort`
+    ends it; a shard aborted (or never finished) leaves nothing under a final name."""
+
+    def __init__(self, relpath: str, out: Store, format_name: str) -> None:
+        self.relpath, self._out, self._format = relpath, out, get_format(format_name)
+        self._stack = ExitStack()
+        self._temp = self._stack.enter_context(out.staging(relpath))
+        self._writer = self._format.open_writer(self._temp)
+        self.num_samples = 0
+
+    def write_batch(self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Column]) -> None:
+        self._writer.write_batch(keys, names, columns)
+        self.num_samples += len(keys)
+
+    def abort(self) -> None:
+        with self._stack:  # the staged file goes
+            self._writer.abort()
+
+    def finish(self) -> ShardEntry:
+        with self._stack:
+            index = self._writer.close()
+            start_writeback(self._temp)  # overlaps the index and the checksum pass: publishing waits less
+            index_path = index_sha256 = None
+            if self._format.needs_index:  # in place before the shard: never a shard without its index
+                index_path = f"{self.relpath}.idx"
+                index_sha256 = self._out.put(index_path, index.to_bytes())
+            sha256, num_bytes = sha256_file(self._temp), self._temp.stat().st_size
+            self._out.publish(self.relpath, self._temp, sha256)
+        return ShardEntry(self.relpath, self.num_samples, num_bytes, sha256, index_path, index_sha256)
 
 
 def load_batches(
