@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from shardpipe.manifest import Manifest, ShardEntry, load_manifest
     from shardpipe.packing import PackOptions, PackResult, pack
     from shardpipe.packing.items import pack_items
-    from shardpipe.packing.writer import DatasetWriter
     from shardpipe.packing.ray_engine import RayExecutor
+    from shardpipe.packing.writer import DatasetWriter
     from shardpipe.storage import RetryPolicy, StorageError, Store, open_store
     from shardpipe.tools.index import index_folder
     from shardpipe.tools.inspection import summarize
