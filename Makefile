@@ -33,19 +33,19 @@ format: setup
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
 bench-pack: setup
-	$(BIN)/python -m bench.pack_bench $(ARGS)
+	$(BIN)/python -m bench.pack_bench --docs docs/benchmarks.md $(ARGS)
 
 bench-io: setup
-	$(BIN)/python -m bench $(ARGS)
+	$(BIN)/python -m bench --docs docs/benchmarks.md $(ARGS)
 
 bench-scaling: setup
-	$(BIN)/python -m bench.scaling $(ARGS)
+	$(BIN)/python -m bench.scaling --docs docs/benchmarks.md $(ARGS)
 
 bench-shuffle: setup
-	$(BIN)/python -m bench.shuffle $(ARGS)
+	$(BIN)/python -m bench.shuffle --docs docs/benchmarks.md $(ARGS)
 
 bench-transfer: setup
-	$(BIN)/python -m bench.transfer $(ARGS)
+	$(BIN)/python -m bench.transfer --docs docs/benchmarks.md $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache bench-results demo-out

@@ -2,7 +2,8 @@
 
 For each profile (and cache state), every contender runs ``--repeats`` times, interleaved (repeat r of
 every contender before repeat r + 1 of any, the order rotated each repeat) so drift on a noisy machine hits
-all contenders alike. See ``bench.run`` for the warm-up and measurement rules, ``bench.report`` for output.
+all contenders alike. See ``bench.run`` for the warm-up and measurement rules, ``bench.report`` for output,
+and ``bench.docs_page`` for the section of ``docs/benchmarks.md`` that ``--docs`` writes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import torch
 
-from bench import contenders, data, remote_io, report, system
+from bench import contenders, data, docs_page, remote_io, report, system
 from bench.compute import BusyStep, make_step
 from bench.remote import loopback_s3, upload_dataset
 from bench.run import run_once, summarize
@@ -57,6 +58,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--bandwidth-mb", type=float, default=200.0, help="--remote: MB/s per response (0: no cap)"
     )
     p.add_argument("--out", type=Path, default=Path("bench-results"))
+    p.add_argument(
+        "--docs",
+        type=Path,
+        help="also write this run's section of this Markdown page (make bench-io: docs/benchmarks.md) "
+        "and its plot to img/bench-io.png beside it",
+    )
     p.add_argument(
         "--cache", type=Path, help="data cache, reused by fingerprint (default bench-results/cache)"
     )
@@ -155,9 +162,42 @@ def main(argv: list[str] | None = None) -> int:
         "eviction": eviction,
     }
     paths = report.write(args.out, meta, results)
+    if args.docs:
+        paths += docs_page.publish(
+            args.docs, _section(meta, results, args, sys.argv[1:] if argv is None else argv)
+        )
     print(report.table(results))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
+
+
+def _section(
+    meta: dict[str, Any], results: list[dict[str, Any]], args: argparse.Namespace, argv: list[str]
+) -> docs_page.Section:
+    """This run as its section of the docs page: tables as in report.md, the plot as img/bench-io.png."""
+    settings = {
+        **docs_page.flags(vars(args)),
+        "device": meta["device"],
+        "loader": meta["settings"],
+        **{f"data: {name} profile": dataset for name, dataset in meta["datasets"].items()},
+    }
+    figure = docs_page.Figure(
+        args.out / "throughput.png",
+        "bench-io.png",
+        "bench-io: payload MB/s per contender (median of repeats, bars min-max; orange: input-bound)",
+    )
+    return docs_page.Section(
+        name="bench-io",
+        title="bench-io: read wait against compute time",
+        date=docs_page.utc_date(),
+        command=docs_page.command_line("bench", argv),
+        machine=meta["hardware"],
+        versions=meta["versions"],
+        settings=settings,
+        rules=meta["rules"],
+        results=report.docs_results(meta, results),
+        figures=(figure,),
+    )
 
 
 def _remote(

@@ -23,7 +23,8 @@ which cancels the machine's drift between rounds, and always like with like (:fu
   write it, with ``maxcount`` equal to shardpipe's ``--max-samples``.
 * The CLI's start-up (a 3-file pack) is timed in the same run and reported beside the table.
 
-``python -m bench.pack_bench [--quick] [--out DIR]`` writes ``DIR/report.json`` and ``DIR/report.md``.
+``python -m bench.pack_bench [--quick] [--out DIR] [--docs PAGE]`` writes ``DIR/report.json`` and
+``DIR/report.md``, and with ``--docs`` its section of ``PAGE`` (``bench.docs_page``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import docs_page
 from bench.shardwriter_pack import pack_tree
 from bench.system import hardware, versions
 from shardpipe import PackOptions, RayExecutor, pack
@@ -61,6 +63,20 @@ SHARDWRITER_SCRIPT = "webdataset ShardWriter (script)"
 FORMAT_TARGET = 0.5  # every format's CLI >= 0.5x tar cf
 SHARDWRITER_TARGETS = {"small": 6.0, "large": 1.5}  # shardpipe tar's CLI >= Nx ShardWriter as a script
 ROOT = Path(__file__).resolve().parents[1]
+RULES = {
+    "data": "one .bin file per sample in ten class folders, seeded random bytes, built once per fingerprint",
+    "warm": "each tree is read once before its profile's rounds: the packers are timed, not the disk",
+    "sync": "os.sync() runs, untimed, before every run: one run's write-back stays out of the next's time",
+    "rounds": "every contender runs once per round, the order rotated between rounds; --repeats rounds",
+    "spread": "the median of the rounds is reported, min-max of the rounds as spread",
+    "paired": "median over rounds of (tar cf's time / the contender's time) within the round: drift cancels",
+    "targets": "judged on paired ratios, processes against processes: each format's CLI (start-up included)"
+    " against tar cf; shardpipe tar's CLI against ShardWriter run as a script",
+    "check": "after every run, untimed: the output holds every sample (manifest counts, or the tar's size)",
+    "durability": "shardpipe fsyncs each shard before publishing it, tar cf and ShardWriter do not; the"
+    " 'tar cf + fsync' row shows what that costs tar",
+    "cpu_s": "median over rounds of the user + system CPU time of this process and its waited-for children",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +373,15 @@ def render(report: dict[str, Any]) -> str:
         "'x tar cf' divides medians; 'paired' is the median of per-round ratios (each round runs every "
         "contender back to back), which the targets use.",
         "",
+        *tables(report),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def tables(report: dict[str, Any]) -> list[str]:
+    """The results table, the targets judged, the CLI's start-up and the profiles, as Markdown lines."""
+    p = report["parameters"]
+    lines = [
         "| profile | contender | samples/s | MB/s | x tar cf | paired | seconds: median (min-max) | CPU s |",
         "|---|---|---:|---:|---:|---:|---|---:|",
     ]
@@ -382,7 +407,7 @@ def render(report: dict[str, Any]) -> str:
             f"- {name}: {prof['num_samples']:,} files of {prof['sample_bytes']:,} bytes, "
             f"--max-samples {prof['max_samples']:,} ({prof['shards']} shards)"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -396,6 +421,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "pack")
     parser.add_argument("--cache", type=Path, default=ROOT / "bench-results" / "pack-cache")
     parser.add_argument("--only", help="comma-separated contender names to run (tar cf always runs)")
+    parser.add_argument(
+        "--docs",
+        type=Path,
+        help="also write this run's section of this Markdown page (make bench-pack: docs/benchmarks.md)",
+    )
     parser.add_argument(
         "--engine",
         choices=["local", "ray"],
@@ -445,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     costs = {"cli_startup_s": cli_startup(args.workers, work)}
     shutil.rmtree(work, ignore_errors=True)
 
-    report = {
+    report: dict[str, Any] = {
         "benchmark": "shardpipe pack",
         "parameters": params,
         "machine": hardware(),
@@ -461,6 +491,23 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "report.md").write_text(text)
     print(text)
     print(f"report: {args.out / 'report.md'} ({report['elapsed_s']:.1f} s)")
+    if args.docs:
+        section = docs_page.Section(
+            name="bench-pack",
+            title="bench-pack: pack throughput",
+            date=docs_page.utc_date(),
+            command=docs_page.command_line("bench.pack_bench", sys.argv[1:] if argv is None else argv),
+            machine=report["machine"],
+            versions=report["versions"],
+            settings={
+                **docs_page.flags(vars(args)),
+                "warm": params["warm"],
+                **{f"profile {name}": prof for name, prof in params["profiles"].items()},
+            },
+            rules=RULES,
+            results=tables(report),
+        )
+        print("docs: " + ", ".join(str(p) for p in docs_page.publish(args.docs, section)))
     return 0
 
 

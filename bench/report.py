@@ -1,4 +1,5 @@
-"""The benchmark's outputs: a terminal table, ``report.json``, ``report.md`` and ``throughput.png``.
+"""The benchmark's outputs: a terminal table, ``report.json``, ``report.md`` and ``throughput.png``, and the
+tables of its ``--docs`` section (``bench.docs_page``).
 
 Ratios are taken within one (profile, cache) group of one run, so they hold on a noisy machine; absolute
 numbers compare only on like hardware, batch size and data (all recorded in the report).
@@ -96,6 +97,36 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def group_tables(results: list[dict[str, Any]], heading: str) -> list[str]:
+    """One Markdown table per (profile, cache), each under a ``heading``-level title."""
+    lines: list[str] = []
+    for entries in _groups(results).values():
+        lines += [f"{heading} {_title(entries)}", "", *markdown_table([list(COLUMNS), *map(_row, entries)])]
+        lines.append("")
+    return lines
+
+
+def docs_results(meta: dict[str, Any], results: list[dict[str, Any]]) -> list[str]:
+    """The tables for docs/benchmarks.md, with the eviction check and, for ``--remote``, the bytes
+    each contender fetched from the server."""
+    lines = group_tables(results, "####")
+    remote = [e for e in results if "fetched_mb" in e]
+    if remote:
+        rows = [["contender", "fetched per run, MB (min-max)"]]
+        rows += [[e["contender"], f"{min(e['fetched_mb']):,.1f}-{max(e['fetched_mb']):,.1f}"] for e in remote]
+        first = remote[0]
+        lines += [
+            f"Loopback S3 server: {first['latency_ms']:g} ms per request, "
+            f"{first['bandwidth_mb']:g} MB/s per response (0: no cap).",
+            "",
+            *markdown_table(rows),
+            "",
+        ]
+    if meta["eviction"]:
+        lines += [f"Eviction check: `{json.dumps(meta['eviction'])}`", ""]
+    return lines
+
+
 def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
     hw, params = meta["hardware"], meta["parameters"]
     lines = [
@@ -107,10 +138,7 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         f"{params['repeats']} repeat(s).",
         "",
     ]
-    for entries in _groups(results).values():
-        lines += [f"## {_title(entries)}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-        lines += ["| " + " | ".join(_row(e)) + " |" for e in entries]
-        lines.append("")
+    lines += group_tables(results, "##")
     lines += ["## Rules", ""] + [f"- **{k}**: {v}" for k, v in meta["rules"].items()]
     if meta["eviction"]:
         lines += ["", f"Eviction check: {json.dumps(meta['eviction'])}"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import subprocess
 import threading
 import time
 from importlib import metadata
@@ -22,6 +23,7 @@ import torch
 
 READ_CHUNK = 8 << 20
 PROBE_BYTES = 64 << 20
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def hardware() -> dict[str, Any]:
@@ -50,14 +52,41 @@ def _cpu_model() -> str:
 
 
 def versions() -> dict[str, str]:
-    names = ("shardpipe", "torch", "numpy", "webdataset", "lmdb", "tfrecord", "psutil", "matplotlib")
+    names = (
+        "shardpipe",
+        "torch",
+        "numpy",
+        "pyarrow",
+        "webdataset",
+        "lmdb",
+        "tfrecord",
+        "psutil",
+        "matplotlib",
+    )
     found = {"python": platform.python_version()}
     for name in names:
         try:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             found[name] = "not installed"
+    found["shardpipe commit"] = commit()
     return found
+
+
+def commit() -> str:
+    """The checkout's git commit, marked when tracked files differ from it: a figure belongs to the code
+    that produced it, which the package version alone does not name. 'unknown' outside a git checkout."""
+    try:
+        head = _git("rev-parse", "--short=12", "HEAD").strip()
+        changed = _git("status", "--porcelain", "--untracked-files=no").strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head} + uncommitted changes" if changed else head
+
+
+def _git(*args: str) -> str:
+    command = ["git", "--no-optional-locks", "-C", str(ROOT), *args]  # no-optional-locks: index untouched
+    return subprocess.run(command, capture_output=True, text=True, check=True, timeout=30).stdout
 
 
 def evict(paths: list[Path]) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.contenders import NAMES
+from bench.docs_page import PREAMBLE, read_section
 
 pytestmark = pytest.mark.bench
 
@@ -17,16 +18,44 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    out = tmp_path_factory.mktemp("bench") / "out"
+def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, Path]:
+    """The quick run, with its report.json, its output folder and the docs page it wrote."""
+    base = tmp_path_factory.mktemp("bench")
+    out, page = base / "out", base / "docs" / "benchmarks.md"
     command = [sys.executable, "-m", "bench", "--quick", "--out", str(out), "--threshold", "0.1"]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        [*command, "--docs", str(page)], cwd=ROOT, capture_output=True, text=True, timeout=240
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert (out / "report.md").read_text().startswith("# shardpipe I/O benchmark")
     assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for name in NAMES:
         assert name in done.stdout  # the terminal table
-    return json.loads((out / "report.json").read_text())
+    return json.loads((out / "report.json").read_text()), out, page
+
+
+@pytest.fixture(scope="module")
+def report(quick: tuple[dict, Path, Path]) -> dict:
+    return quick[0]
+
+
+def test_docs_section_records_the_run_and_its_tables(quick: tuple[dict, Path, Path]) -> None:
+    report, out, page = quick
+    text = page.read_text()
+    assert text.startswith(PREAMBLE)
+    section = read_section(text, "bench-io")
+    assert section is not None
+    assert f"by `python -m bench --quick --out {out} --threshold 0.1 --docs {page}`." in section
+    assert report["hardware"]["cpu"] in section and f"torch {report['versions']['torch']}" in section
+    assert "| --batch-size | 64 |" in section and "| --repeats | 1 |" in section
+    assert "| --contenders | " + ",".join(NAMES) + " |" in section
+    assert "- **warmup**: " in section and "- **repeats**: " in section
+    for profile in ("small", "large"):
+        assert f"#### {profile} profile" in section
+    for name in NAMES:
+        assert section.count(f"| {name} | ") == 2  # one row per profile
+    assert section.rstrip().endswith("(img/bench-io.png)")
+    assert (page.parent / "img" / "bench-io.png").read_bytes() == (out / "throughput.png").read_bytes()
 
 
 def test_every_contender_in_every_profile(report: dict) -> None:
@@ -71,11 +100,14 @@ def test_report_records_what_makes_results_comparable(report: dict) -> None:
 def test_remote_mode_reads_through_the_loopback_s3_server(tmp_path: Path) -> None:
     """``--remote``: every remote contender runs, and the bytes each fetched say what the cache did: the
     cold cache fetched every shard once, the warm one only the manifest and indexes, the local ones none."""
-    out = tmp_path / "out"
+    out, page = tmp_path / "out", tmp_path / "benchmarks.md"
     command = [sys.executable, "-m", "bench", "--quick", "--remote", "--out", str(out), "--cache",
-               str(tmp_path / "data")]  # fmt: skip
+               str(tmp_path / "data"), "--docs", str(page)]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    section = read_section(page.read_text(), "bench-io") or ""
+    assert "| --remote | True |" in section and "| s3-tar-cold | " in section
+    assert "Loopback S3 server: 20 ms per request, 200 MB/s per response" in section
     results = {r["contender"]: r for r in json.loads((out / "report.json").read_text())["results"]}
     assert set(results) == {
         "local-tar-cold",

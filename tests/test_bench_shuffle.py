@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.docs_page import read_section
 from bench.shuffle import metrics
 
 pytestmark = pytest.mark.bench
@@ -80,13 +81,35 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
         sys.executable, "-m", "bench.shuffle", "--classes", "8", "--per-class", "40", "--shard-samples", "20",
         "--batch-size", "16", "--buffers", "32,128", "--blocks", "1,8", "--repeats", "2",
         "--speed-samples", "640", "--out", str(tmp / "out"), "--cache", str(tmp / "cache"),
+        "--docs", str(tmp / "docs" / "benchmarks.md"),
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert (tmp / "out" / "report.md").read_text().startswith("# shardpipe shuffle benchmark")
     assert (tmp / "out" / "quality.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "classes per batch >= 0.9x ideal" in done.stdout
-    return json.loads((tmp / "out" / "report.json").read_text())
+    report: dict = json.loads((tmp / "out" / "report.json").read_text())
+    report["docs"] = str(tmp / "docs" / "benchmarks.md")  # the page, for the docs test
+    return report
+
+
+def test_docs_section_holds_the_settings_targets_tables_and_plot(report: dict) -> None:
+    page = Path(report["docs"])
+    section = read_section(page.read_text(), "bench-shuffle")
+    assert section is not None and section.startswith("## bench-shuffle: how well batches mix\n")
+    assert "`python -m bench.shuffle --classes 8 --per-class 40 " in section
+    assert "| --buffers | 32,128 |" in section and "| --blocks | 1,8 |" in section
+    assert "| num_shards | 16 |" in section and "- **speed_target**: " in section
+    assert "- **spread**: the grid's speeds are single runs" in section
+    for target in report["targets"]:
+        assert target["target"] in section
+    for pack in ("sorted", "hashed"):
+        assert f"#### {pack} pack: ideal " in section
+    for entry in report["results"]:
+        assert f"| {entry['label']}" in section
+    assert section.rstrip().endswith("(img/bench-shuffle.png)")
+    figure = page.parent / "img" / "bench-shuffle.png"
+    assert figure.read_bytes() == (page.parent.parent / "out" / "quality.png").read_bytes()
 
 
 def test_report_covers_every_configuration(report: dict) -> None:

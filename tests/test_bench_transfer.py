@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.docs_page import read_section
 from bench.transfer.measure import TRANSPORTS, run_once
 
 pytestmark = pytest.mark.bench
@@ -39,10 +40,18 @@ def test_report(tmp_path: Path) -> None:
         "5",
         "--out",
         str(tmp_path),
+        "--docs",
+        str(tmp_path / "docs" / "benchmarks.md"),
     ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     report = json.loads((tmp_path / "report.json").read_text())
+    section = read_section((tmp_path / "docs" / "benchmarks.md").read_text(), "bench-transfer") or ""
+    assert section.startswith("## bench-transfer: moving batches from workers to the trainer\n")
+    assert (
+        "| --sizes | 1024,4096 |" in section and "| ring_slots | " in section and "- **floor**: " in section
+    )
+    assert "| 4,096 | ring | " in section and "- 1,024 B samples: the ring " in section
     assert [(e["sample_bytes"], e["transport"]) for e in report["results"]] == [
         (size, t) for size in (1024, 4096) for t in TRANSPORTS
     ]
@@ -56,3 +65,33 @@ def test_report(tmp_path: Path) -> None:
     assert all(e["components"]["ring_read_us"] > 0 for e in report["results"])
     assert len(report["recommendation"]) == 2 and "ring" in report["recommendation"][0]
     assert (tmp_path / "report.md").read_text().startswith("# shardpipe transfer benchmark")
+
+
+def _run(*command: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", *command], cwd=ROOT, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+
+
+def test_docs_page_another_benchmark_adds_its_section_and_a_rerun_replaces_only_its_own(
+    tmp_path: Path,
+) -> None:
+    """Two benchmarks share one page: each run touches its own section only, and the order is fixed."""
+    page = tmp_path / "benchmarks.md"
+    tiny = ("--bytes-per-run", "100000", "--repeats", "1", "--calls", "2", "--warmup", "1")
+    _run("bench.transfer", "--sizes", "1024", *tiny, "--out", str(tmp_path / "t1"), "--docs", str(page))
+    transfer = read_section(page.read_text(), "bench-transfer")
+    assert transfer is not None and "| 1,024 | ring | " in transfer
+    scaling_args = ("--synthetic", "--max-ranks", "1", "--warmup", "1", "--steps", "2", "--repeats", "1")
+    _run("bench.scaling", *scaling_args, "--out", str(tmp_path / "s"), "--docs", str(page))
+    text = page.read_text()
+    scaling = read_section(text, "bench-scaling")
+    assert read_section(text, "bench-transfer") == transfer and scaling is not None
+    assert text.index("<!-- bench-scaling:end -->") < text.index("<!-- bench-transfer:begin -->")
+    _run("bench.transfer", "--sizes", "2048", *tiny, "--out", str(tmp_path / "t2"), "--docs", str(page))
+    rerun = page.read_text()
+    again = read_section(rerun, "bench-transfer")
+    assert again is not None and "| 2,048 | ring | " in again and "| 1,024 | ring | " not in again
+    assert read_section(rerun, "bench-scaling") == scaling
+    assert rerun == text.replace(transfer, again) and rerun.count("<!-- bench-transfer:begin -->") == 1

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import bench.pack_bench as pack_bench
+from bench.docs_page import read_section
 from bench.pack_bench import (
     FORMATS,
     SHARDWRITER,
@@ -44,9 +45,27 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str
     base = tmp_path_factory.mktemp("pack_bench")
     out = base / "out"
     command = [sys.executable, "-m", "bench.pack_bench", "--quick", "--out", str(out), "--cache", str(base)]
+    command += ["--docs", str(out / "docs" / "benchmarks.md")]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     return json.loads((out / "report.json").read_text()), done.stdout, out
+
+
+def test_docs_section_holds_the_settings_rules_and_tables(quick: tuple[dict[str, Any], str, Path]) -> None:
+    report, _, out = quick
+    section = read_section((out / "docs" / "benchmarks.md").read_text(), "bench-pack")
+    assert section is not None and section.startswith("## bench-pack: pack throughput\n")
+    assert "`python -m bench.pack_bench --quick --out " in section and "**A `--quick` smoke run" in section
+    assert (
+        "| --small | 3000 |" in section and "| --workers | 2 |" in section and "| profile small | " in section
+    )
+    assert f"tar {report['versions']['tar']}" in section
+    assert "- **paired**: " in section and "- **spread**: " in section
+    for row in report["results"]:
+        assert f"| {row['profile']} | {row['contender']} | " in section
+    for target in report["targets"]:
+        assert f"| {target['profile']} | {target['target']} | " in section
+    assert "](img/" not in section  # the pack benchmark draws no plot
 
 
 def test_quick_run_times_every_contender_and_judges_every_target(

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from bench.docs_page import read_section
 from bench.scaling.report import PARTS
 
 pytestmark = pytest.mark.bench
@@ -32,14 +33,35 @@ def run_bench(out: Path, *extra: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return run_bench(tmp_path_factory.mktemp("scaling") / "out")
+def loader_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    """The loader run, and the docs page it wrote."""
+    base = tmp_path_factory.mktemp("scaling")
+    page = base / "docs" / "benchmarks.md"
+    return run_bench(base / "out", "--docs", str(page)), page
 
 
 @pytest.fixture(scope="module")
-def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("scaling-synthetic") / "out"
-    return run_bench(out, "--synthetic", "--warmup", "1", "--steps", "4", "--repeats", "2")
+def report(loader_run: tuple[dict[str, Any], Path]) -> dict[str, Any]:
+    return loader_run[0]
+
+
+@pytest.fixture(scope="module")
+def synthetic_run(
+    tmp_path_factory: pytest.TempPathFactory, loader_run: tuple[dict[str, Any], Path]
+) -> tuple[dict[str, Any], Path, str]:
+    """The synthetic run, written over a copy of the loader run's page (with a line of text after it)."""
+    base = tmp_path_factory.mktemp("scaling-synthetic")
+    page = base / "docs" / "benchmarks.md"
+    page.parent.mkdir()
+    before = loader_run[1].read_text() + "\nA line after the sections.\n"
+    page.write_text(before)
+    extra = ("--synthetic", "--warmup", "1", "--steps", "4", "--repeats", "2", "--docs", str(page))
+    return run_bench(base / "out", *extra), page, before
+
+
+@pytest.fixture(scope="module")
+def synthetic(synthetic_run: tuple[dict[str, Any], Path, str]) -> dict[str, Any]:
+    return synthetic_run[0]
 
 
 def check_consistent(report: dict[str, Any]) -> None:
@@ -91,3 +113,27 @@ def test_report_records_what_makes_results_comparable(report: dict[str, Any]) ->
     assert report["notes"]
     if report["device"] == "cpu":
         assert "share the cores" in report["notes"][0]
+
+
+def test_docs_section_holds_the_settings_rules_and_table(loader_run: tuple[dict[str, Any], Path]) -> None:
+    report, page = loader_run
+    section = read_section(page.read_text(), "bench-scaling")
+    assert section is not None and section.startswith("## bench-scaling: weak scaling\n")
+    assert "`python -m bench.scaling --quick --out " in section
+    assert f"| --max-ranks | {MAX_RANKS} |" in section and "| --steps | 15 |" in section
+    assert f"| backend | {report['backend']} |" in section and "| model | `{" in section
+    assert "- **efficiency**: " in section and "- **repeats**: " in section
+    for entry in report["results"]:
+        assert f"| {entry['ranks']} | {entry['samples_per_s']:,.0f} | " in section
+
+
+def test_a_rerun_replaces_its_section_and_nothing_else(
+    synthetic_run: tuple[dict[str, Any], Path, str],
+) -> None:
+    _, page, before = synthetic_run
+    text = page.read_text()
+    old, new = read_section(before, "bench-scaling"), read_section(text, "bench-scaling")
+    assert old is not None and new is not None and old != new
+    assert text == before.replace(old, new) and text.count("<!-- bench-scaling:begin -->") == 1
+    assert "--synthetic" in new.splitlines()[2] and "| --synthetic | True |" in new
+    assert "--synthetic" not in old.splitlines()[2]

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from bench import data, system
+from bench import data, docs_page, system
 from bench.scaling import report
 from bench.scaling.model import analytic_flops_per_sample, build_mlp, counted_flops_per_sample
 
@@ -53,6 +53,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("bench-results") / "scaling")
     p.add_argument("--cache", type=Path, default=Path("bench-results") / "scaling-cache")
     p.add_argument("--timeout", type=float, default=600, help="seconds per launch before it is killed")
+    p.add_argument(
+        "--docs",
+        type=Path,
+        help="also write this run's section of this Markdown page (make bench-scaling: docs/benchmarks.md)",
+    )
     args = p.parse_args(argv)
     args.warmup = args.warmup if args.warmup is not None else (3 if args.quick else 10)
     args.steps = args.steps or (15 if args.quick else 60)
@@ -161,6 +166,22 @@ def main(argv: list[str] | None = None) -> int:
         "notes": report.notes(cuda, system.hardware()),
     }
     paths = report.write(args.out, meta, results)
+    if args.docs:
+        section = docs_page.Section(
+            name="bench-scaling",
+            title="bench-scaling: weak scaling",
+            date=docs_page.utc_date(),
+            command=docs_page.command_line("bench.scaling", sys.argv[1:] if argv is None else argv),
+            machine=meta["hardware"],
+            versions=meta["versions"],
+            settings={
+                **docs_page.flags(vars(args)),
+                **{k: meta[k] for k in ("backend", "device", "model", "data")},
+            },
+            rules=meta["rules"],
+            results=report.result_lines(meta, results, "####"),
+        )
+        paths += docs_page.publish(args.docs, section)
     print(report.table(results))
     for entry in results:
         if entry["explanation"]:

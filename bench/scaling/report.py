@@ -138,6 +138,21 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(["", "weak scaling (part columns: median ms per step)", *aligned(_rows(results))])
 
 
+def result_lines(meta: dict[str, Any], results: list[dict[str, Any]], heading: str) -> list[str]:
+    """The table, what grew below the threshold, and the notes on what this machine can show."""
+    return [
+        "Part columns: median ms per step.",
+        "",
+        *markdown_table(_rows(results)),
+        "",
+        *(f"- {e['ranks']} ranks: {e['explanation']}" for e in results if e["explanation"]),
+        "",
+        f"{heading} Notes",
+        "",
+        *(f"- {n}" for n in meta["notes"]),
+    ]
+
+
 def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
     hw, p, m = meta["hardware"], meta["parameters"], meta["model"]
     source = (
@@ -155,13 +170,8 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         f"{m['flops_per_sample'] / 1e6:.2f} MFLOP/sample fwd+bwd); warm-up {p['warmup']} steps, "
         f"{p['repeats']} windows of {p['steps']} steps.",
         "",
-        "Part columns: median ms per step.",
-        "",
-        *markdown_table(_rows(results)),
-        "",
+        *result_lines(meta, results, "##"),
     ]
-    lines += [f"- {e['ranks']} ranks: {e['explanation']}" for e in results if e["explanation"]]
-    lines += ["", "## Notes", "", *[f"- {n}" for n in meta["notes"]]]
     lines += ["", "## Rules", "", *[f"- **{k}**: {v}" for k, v in meta["rules"].items()]]
     for title, key in (
         ("Model", "model"),

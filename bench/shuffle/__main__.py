@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from bench import system
+from bench import docs_page, system
 from bench.contenders import LoaderSettings
 from bench.shuffle import RULES, contenders, data, report
 from bench.shuffle.quality import evaluate
@@ -58,6 +58,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--speed-samples", type=int, help="samples per pair run (default 600,000, --quick 100,000)"
     )
     p.add_argument("--out", type=Path, default=Path("bench-results") / "shuffle")
+    p.add_argument(
+        "--docs",
+        type=Path,
+        help="also write this run's section of this Markdown page (make bench-shuffle: docs/benchmarks.md) "
+        "and its plot to img/bench-shuffle.png beside it",
+    )
     p.add_argument("--cache", type=Path, default=Path("bench-results") / "cache")
     args = p.parse_args(argv)
     preset = QUICK if args.quick else FULL
@@ -133,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                 gc.collect()
     found = report.targets(results, speed)
     default = next(e for e in results if e["is_default"])
-    meta = {
+    meta: dict[str, Any] = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "wall_s": round(time.perf_counter() - started, 1),
         "hardware": system.hardware(),
@@ -150,6 +156,39 @@ def main(argv: list[str] | None = None) -> int:
         "rules": RULES,
     }
     paths = report.write(args.out, meta, results, found)
+    if args.docs:
+        section = docs_page.Section(
+            name="bench-shuffle",
+            title="bench-shuffle: how well batches mix",
+            date=docs_page.utc_date(),
+            command=docs_page.command_line("bench.shuffle", sys.argv[1:] if argv is None else argv),
+            machine=meta["hardware"],
+            versions=meta["versions"],
+            settings={
+                **docs_page.flags(vars(args)),
+                **{k: meta[k] for k in ("profile", "num_shards", "defaults")},
+                "loader": asdict(settings),
+            },
+            rules={
+                **RULES,
+                "spread": "the grid's speeds are single runs, a rough guide; the speed target's runs are "
+                "given min-max beside its ratio of medians",
+            },
+            results=[
+                f"\\* = shardpipe's defaults ({meta['defaults']}); one rank.",
+                "",
+                *report.result_lines(meta, results, found, "####"),
+            ],
+            figures=(
+                docs_page.Figure(
+                    args.out / "quality.png",
+                    "bench-shuffle.png",
+                    "bench-shuffle: classes per batch (x ideal) and read samples/s against samples held per "
+                    "worker",
+                ),
+            ),
+        )
+        paths += docs_page.publish(args.docs, section)
     print(report.table(results))
     print("\n" + "\n".join(report.target_lines(found)))
     print("wrote " + ", ".join(str(p) for p in paths))

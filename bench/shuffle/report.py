@@ -113,6 +113,25 @@ def _title(e: dict[str, Any]) -> str:
     )
 
 
+def result_lines(
+    meta: dict[str, Any], results: list[dict[str, Any]], found: list[dict[str, Any]], heading: str
+) -> list[str]:
+    """The targets, one table per pack and the speed pairs, as Markdown under ``heading``-level titles."""
+    lines = [f"{heading} Targets", "", *[f"- {line}" for line in target_lines(found)], ""]
+    for pack in dict.fromkeys(e["pack"] for e in results):
+        entries = [e for e in results if e["pack"] == pack]
+        table = markdown_table([list(COLUMNS), *map(_row, entries)])
+        lines += [f"{heading} {_title(entries[0])}", "", *table, ""]
+    return [
+        *lines,
+        f"{heading} Speed pairs (samples/s, interleaved repeats)",
+        "",
+        "```json",
+        json.dumps(meta["speed"]),
+        "```",
+    ]
+
+
 def markdown(meta: dict[str, Any], results: list[dict[str, Any]], found: list[dict[str, Any]]) -> str:
     hw, p = meta["hardware"], meta["parameters"]
     lines = [
@@ -123,20 +142,7 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]], found: list[di
         f"{p['batch_size']}, {p['workers']} workers, one rank, {p['epochs']} epochs per contender. "
         f"* = shardpipe's defaults ({meta['defaults']}).",
         "",
-        "## Targets",
-        "",
-        *[f"- {line}" for line in target_lines(found)],
-        "",
-    ]
-    for pack in dict.fromkeys(e["pack"] for e in results):
-        entries = [e for e in results if e["pack"] == pack]
-        lines += [f"## {_title(entries[0])}", "", *markdown_table([list(COLUMNS), *map(_row, entries)]), ""]
-    lines += [
-        "## Speed pairs (samples/s, interleaved repeats)",
-        "",
-        "```json",
-        json.dumps(meta["speed"]),
-        "```",
+        *result_lines(meta, results, found, "##"),
     ]
     lines += ["", "## Rules", "", *[f"- **{k}**: {v}" for k, v in meta["rules"].items()]]
     lines += ["", "## Versions", "", "```json", json.dumps(meta["versions"], indent=1), "```", ""]

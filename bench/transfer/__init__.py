@@ -23,3 +23,18 @@ unpickle (or copy-out) + waiting: when workers keep up, the end-to-end time per 
 """
 
 from __future__ import annotations
+
+RULES = {
+    "batches": "built once per worker (loaders.collate_samples, sizes +-25% around the mean) and yielded"
+    " again and again: only the transfer is timed",
+    "loader": "a real DataLoader per run: --workers workers, prefetch 4, batch_size=None, no conversion",
+    "warmup": "the first --warmup batches of each run are discarded (worker start, pipes filling)",
+    "window": "batches/s = the run's remaining batches (--bytes-per-run of payload, at least 50) / their"
+    " wall time in the main process",
+    "repeats": "--repeats runs per transport, interleaved and rotated; median reported, min-max as spread",
+    "x_pipe_1m": "median batches/s / the 1 MiB pipe's median batches/s at the same sample size",
+    "components": "timed in one process, median over --calls calls: pickle (ForkingPickler.dumps), unpickle"
+    " (pickle.loads with tensor rebuilds), the ring's write, its copy-out, and a read of views (comparison"
+    " only)",
+    "floor": "a one-sample, 16-byte batch through the 1 MiB pipe: the DataLoader's fixed per-batch cost",
+}

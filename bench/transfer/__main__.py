@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
-from bench import system
+from bench import docs_page, system
 from bench.report import aligned, markdown_table
+from bench.transfer import RULES
 from bench.transfer.measure import PIPE_BYTES, PREFETCH, RING_SLOTS, TRANSPORTS, components, run_once
 
 
@@ -30,6 +31,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=10, help="batches per run before the clock starts")
     p.add_argument("--calls", type=int, help="calls per component timing (default 300, --quick 50)")
     p.add_argument("--out", type=Path, default=Path("bench-results") / "transfer")
+    p.add_argument(
+        "--docs",
+        type=Path,
+        help="also write this run's section of this Markdown page (make bench-transfer: docs/benchmarks.md)",
+    )
     args = p.parse_args(argv)
     args.sizes = [int(v) for v in args.sizes.split(",") if v]
     args.bytes_per_run = args.bytes_per_run or (64 if args.quick else 512) * 10**6
@@ -142,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     results = measure(args)
     advice = recommendation(results)
     hw = system.hardware()
-    meta = {
+    meta: dict[str, Any] = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "hardware": hw,
         "versions": system.versions(),
@@ -171,6 +177,22 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "report.md").write_text("\n".join(md))
     print("\n".join(["", *aligned(table(results)), "", *advice]))
     print(f"wrote {args.out / 'report.json'}, {args.out / 'report.md'}")
+    if args.docs:
+        section = docs_page.Section(
+            name="bench-transfer",
+            title="bench-transfer: moving batches from workers to the trainer",
+            date=docs_page.utc_date(),
+            command=docs_page.command_line("bench.transfer", sys.argv[1:] if argv is None else argv),
+            machine=hw,
+            versions=meta["versions"],
+            settings={
+                **docs_page.flags(vars(args)),
+                **{k: meta[k] for k in ("prefetch_factor", "ring_slots", "pipe_bytes")},
+            },
+            rules=RULES,
+            results=[*markdown_table(table(results)), "", *[f"- {line}" for line in advice]],
+        )
+        print("docs: " + ", ".join(str(p) for p in docs_page.publish(args.docs, section)))
     return 0
 
 
