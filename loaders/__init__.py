@@ -13,17 +13,23 @@ from loaders.loader import ShardedLoader, make_loader
 from loaders.monitor import EpochStats, InputMonitor
 from loaders.planning.elastic import Segment, remaining_runs
 from loaders.planning.planner import PlanConfig, Span, Window, plan_epoch, plan_windows
+from loaders.reading.decode import ColumnDecoder, DecodeContext, column_decoder
+from loaders.reading.images import CenterCrop, RandomResizedCrop
 from loaders.reading.source import RemoteOptions
 from loaders.transfer.collate import Batch, RaggedBytes, collate_samples
 from loaders.transfer.transport import RingStalledError
 
 __all__ = [
     "Batch",
+    "CenterCrop",
+    "ColumnDecoder",
+    "DecodeContext",
     "DistributedMetrics",
     "EpochStats",
     "InputMonitor",
     "PlanConfig",
     "RaggedBytes",
+    "RandomResizedCrop",
     "RankTimeoutError",
     "RemoteOptions",
     "RingStalledError",
@@ -34,6 +40,7 @@ __all__ = [
     "StepCountMismatchError",
     "Window",
     "collate_samples",
+    "column_decoder",
     "epoch_barrier",
     "guarded",
     "make_loader",

@@ -41,8 +41,8 @@ from loaders.planning.planner import (
     worker_sample_counts,
 )
 from loaders.planning.position import Position
-from loaders.reading.columns import Columns, batches
-from loaders.reading.decode import Decoder, resolve_decoders
+from loaders.reading.columns import Columns, Decoding, batches
+from loaders.reading.decode import ColumnDecoder, DecodeContext, DecodeError, Decoder, resolve_decoders
 from loaders.reading.readers import ShardReaders
 from loaders.reading.source import DatasetSource, RemoteOptions
 from loaders.transfer.chunks import chunks
@@ -101,7 +101,7 @@ class ShardedDataset(IterableDataset[Sample]):
         remainder: Remainder = "pad",
         shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
         block_size: int | None = None,
-        decode: str | Mapping[str, str | Decoder] | None = None,
+        decode: str | Mapping[str, str | Decoder | ColumnDecoder] | None = None,
         transform: Callable[[Sample], Any] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
@@ -238,19 +238,26 @@ class ShardedDataset(IterableDataset[Sample]):
         per_rank = samples_per_rank(num_samples(runs), self.world_size, config.remainder)
         skip = consumed_count(config, per_rank, role, resumed_batches)
         columns = self._read_windows(windows, skip, worker_index)
+        context = DecodeContext(self.options.seed, epoch, skip=self.options.on_error == "skip")
         if self.batched:
             per_chunk = self.options.chunk_batches
-            cut = batches(columns, self.options.batch_size * per_chunk)
+            decoding = Decoding(self.decoders, context, [s.path for s in self.shards],
+                                lambda count: self._count_errors(worker_index, count))  # fmt: skip
+            cut = batches(columns, self.options.batch_size * per_chunk, decoding if self.decoders else None)
             return cut if per_chunk == 1 else chunks(cut, worker_index)
-        samples = (sample for window in columns for sample in window.samples())
         if not self.decoders and self.transform is None:
-            return samples
-        return map(self._finish, samples)
+            return (sample for window in columns for sample in window.samples())
+        return self._finished(columns, context, worker_index)
 
     @property
     def batched(self) -> bool:
-        """Whether iterating yields whole batches (``make_loader`` with raw byte fields) or samples."""
-        return self.options.batched and not self.decoders and self.transform is None
+        """Whether iterating yields whole batches (``make_loader`` without a transform, every field raw or
+        with a decoder that takes a whole column) or samples."""
+        batchable = all(decoder.batched for decoder in self.decoders.values())
+        return self.options.batched and batchable and self.transform is None
+
+    def _count_errors(self, worker_index: int, count: int) -> None:
+        self._errors[worker_index % MAX_WORKERS] += count
 
     def _runs(self, epoch: int, history: tuple[Segment, ...]) -> Runs:
         if history:
@@ -281,8 +288,10 @@ class ShardedDataset(IterableDataset[Sample]):
                 raise
             joined = None  # shard by shard below, which finds the bad samples
         if joined is not None:
-            pads = np.repeat([bool(run.is_pad) for run in runs], [run.stop - run.start for run in runs])
-            return Columns(self.manifest.fields, joined[0], joined[1], pads[order].tolist())
+            lengths = [run.stop - run.start for run in runs]
+            pads = np.repeat([bool(run.is_pad) for run in runs], lengths)[order].tolist()
+            shards = np.repeat([run.shard_index for run in runs], lengths)[order].tolist()
+            return Columns(self.manifest.fields, joined[0], joined[1], pads, shards)
         pieces: list[Columns] = []
         bad: list[int] = []
         first = 0
@@ -316,7 +325,7 @@ class ShardedDataset(IterableDataset[Sample]):
                 "run `shardpipe verify`"
             )
         pads = [bool(run.is_pad) for run in group for _ in range(run.stop - run.start)]
-        return Columns(self.manifest.fields, keys, fields, pads)
+        return Columns(self.manifest.fields, keys, fields, pads, [shard_index] * len(pads))
 
     def _read_run_skipping(self, pieces: list[Columns], run: Run, bad: list[int], worker_index: int) -> None:
         """Read one span sample range by sample range, leaving a placeholder for each unreadable sample
@@ -331,18 +340,35 @@ class ShardedDataset(IterableDataset[Sample]):
                 failed = failed if failed is not None and start <= failed < stop else start
                 log.warning("skipping unreadable sample %d of %s: %s", failed,
                             self.shards[shard_index].path, exc)  # fmt: skip
-                self._errors[worker_index % MAX_WORKERS] += 1
+                self._count_errors(worker_index, 1)
                 if failed > start:  # the samples ahead of the bad one are good
                     pieces.append(self._read_group([Run(shard_index, start, failed, is_pad)]))
                 bad.append(sum(map(len, pieces)))
                 names = self.manifest.fields
-                pieces.append(Columns(names, [""], {name: [b""] for name in names}, [True]))
+                pieces.append(Columns(names, [""], {name: [b""] for name in names}, [True], [shard_index]))
                 start = failed + 1
 
-    def _finish(self, sample: Sample) -> Any:
-        for field, decoder in self.decoders.items():
-            if field in sample:
-                sample[field] = decoder(sample[field])
+    def _finished(
+        self, windows: Iterator[Columns], context: DecodeContext, worker_index: int
+    ) -> Iterator[Any]:
+        """The per-sample path's samples, decoded and transformed."""
+        for window in windows:
+            shards = window.shards if len(window.shards) == len(window) else [-1] * len(window)
+            for sample, shard in zip(window.samples(), shards, strict=True):
+                yield self._finish(sample, context, worker_index, shard)
+
+    def _finish(self, sample: Sample, context: DecodeContext, worker_index: int, shard: int) -> Any:
+        for name, decoder in self.decoders.items():
+            if name in sample:
+                context.failed.clear()
+                try:
+                    sample[name] = decoder(sample[name], sample["__key__"], context)
+                except DecodeError as exc:
+                    where = self.shards[shard].path if shard >= 0 else "?"
+                    raise DecodeError.at(name, sample["__key__"], where, exc.detail) from exc
+                if context.failed:  # skipped: the sample becomes a flagged pad, as a read error's does
+                    sample["__pad__"] = True
+                    self._count_errors(worker_index, 1)
         return self.transform(sample) if self.transform is not None else sample
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from loaders import ShardedDataset, ShardedLoader, collate_samples, make_loader
+from loaders import RaggedBytes, ShardedDataset, ShardedLoader, collate_samples, column_decoder, make_loader
 from loaders.loader import RESULT_PIPE_BYTES, enlarge_result_pipe
 from tests.datagen import pack_dataset
 from tests.test_dataset import damage
@@ -117,6 +117,11 @@ def test_make_loader_configures_a_dataset_sharing_the_epoch(packed: dict[str, Pa
         make_loader(dataset, batch_size=0)
 
 
+def byte_sums(column: RaggedBytes) -> torch.Tensor:
+    """A column decoder: each item's byte sum, as one tensor."""
+    return torch.tensor([sum(item) for item in column])
+
+
 def as_lists(batch: dict[str, Any]) -> dict[str, Any]:
     return {k: v if isinstance(v, list) else v.tolist() for k, v in batch.items()}
 
@@ -131,14 +136,18 @@ def per_chunk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("num_workers", [0, 1, 2])
+@pytest.mark.parametrize("decode", [None, "decoded"], ids=["raw", "decoded"])
 def test_batch_path_equals_the_per_sample_path_batch_by_batch(
-    packed: dict[str, Path], fmt: str, num_workers: int, per_chunk: int | None
+    packed: dict[str, Path], fmt: str, num_workers: int, per_chunk: int | None, decode: str | None
 ) -> None:
-    """Raw fields: workers build batches from columns, several per message; with a collate_fn the
-    DataLoader collates samples, one batch per message."""
+    """Raw fields, or a built-in and a column decoder of the user's: workers build batches from columns
+    (decoded a column at a time), several per message; with a collate_fn the DataLoader collates samples
+    (decoded one by one), one batch per message."""
 
     def run(**kwargs: Any) -> list[dict[str, Any]]:
-        dataset = ShardedDataset(packed[fmt], rank=1, world_size=2, seed=4, shuffle_buffer=6, block_size=2)
+        decoders = {"cls": "cls", "txt": column_decoder(byte_sums)} if decode else None
+        dataset = ShardedDataset(packed[fmt], rank=1, world_size=2, seed=4, shuffle_buffer=6, block_size=2,
+                                 decode=decoders)  # fmt: skip
         loader = make_loader(dataset, 5, num_workers, persistent_workers=False, **kwargs)
         assert loader.sharded.batched == (not kwargs)
         if per_chunk is not None and num_workers and not kwargs:
@@ -146,6 +155,8 @@ def test_batch_path_equals_the_per_sample_path_batch_by_batch(
         loader.set_epoch(1)
         batches = [as_lists(b) for b in loader]
         assert len(batches) == len(loader)
+        if decode:
+            assert all(isinstance(b["cls"][0], int) and isinstance(b["txt"][0], int) for b in batches)
         return batches
 
     assert run() == run(collate_fn=collate_samples)

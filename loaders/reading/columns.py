@@ -9,12 +9,14 @@ per-sample path, without a dict per sample or a collate call.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
+from loaders.reading.decode import DecodeContext, DecodeError, FieldDecoder
 from loaders.transfer.collate import Batch, RaggedBytes
 from shardpipe.errors import DataError
 from shardpipe.formats import bytecolumn
@@ -33,6 +35,8 @@ class Columns:
     """One :mod:`~shardpipe.formats.bytecolumn` column per field, ``None`` where a sample lacks the field
     (foreign shards); such samples only travel one by one."""
     pads: list[bool] = field(default_factory=list)
+    shards: list[int] = field(default_factory=list)
+    """The shard each sample was read from (its index in the split), for messages; may be empty."""
 
     def __post_init__(self) -> None:
         for name in self.names:
@@ -47,6 +51,8 @@ class Columns:
         """The samples of ``pieces`` one after another (each field copied once, whatever the count)."""
         joined = cls(names, [key for piece in pieces for key in piece.keys], {})
         joined.pads = [pad for piece in pieces for pad in piece.pads]
+        if all(len(piece.shards) == len(piece) for piece in pieces):
+            joined.shards = [shard for piece in pieces for shard in piece.shards]
         for name in names:
             joined.fields[name] = bytecolumn.concat([piece.fields[name] for piece in pieces])
         return joined
@@ -54,7 +60,8 @@ class Columns:
     def take(self, order: Sequence[int]) -> Columns:
         """The samples at ``order``, as new columns."""
         keys, fields = bytecolumn.in_order((self.keys, self.fields), order)
-        return Columns(self.names, keys, fields, [self.pads[i] for i in order])
+        shards = [self.shards[i] for i in order] if len(self.shards) == len(self) else []
+        return Columns(self.names, keys, fields, [self.pads[i] for i in order], shards)
 
     def samples(self) -> Iterator[Sample]:
         """One dict per sample, as the per-sample path yields them."""
@@ -67,25 +74,56 @@ class Columns:
             yield sample
 
 
-def batches(windows: Iterable[Columns], batch_size: int) -> Iterator[Batch]:
+def batches(windows: Iterable[Columns], batch_size: int, decoding: Decoding | None = None) -> Iterator[Batch]:
     """Cut consecutive windows (already in yield order) into batches of ``batch_size``; the last may be
-    shorter. A batch may span two windows, exactly as the DataLoader's own batching would."""
+    shorter. A batch may span two windows, exactly as the DataLoader's own batching would. Fields with a
+    decoder are decoded a whole batch column at a time (:class:`Decoding`)."""
     carry: Columns | None = None
     for window in windows:
         if carry is not None and len(carry):
             window = Columns.concat(window.names, [carry, window])
         start = 0
         while len(window) - start >= batch_size:
-            yield to_batch(window, start, start + batch_size)
+            yield to_batch(window, start, start + batch_size, decoding)
             start += batch_size
         carry = window.take(range(start, len(window)))
     if carry is not None and len(carry):
-        yield to_batch(carry, 0, len(carry))
+        yield to_batch(carry, 0, len(carry), decoding)
 
 
-def to_batch(columns: Columns, start: int, stop: int) -> Batch:
+@dataclass(slots=True)
+class Decoding:
+    """The decoders of a batch's fields and what they draw from; ``on_bad(n)`` counts samples a decoder
+    could not decode under ``on_error="skip"`` (they become flagged pads)."""
+
+    decoders: Mapping[str, FieldDecoder]
+    context: DecodeContext
+    shard_names: Sequence[str]
+    on_bad: Callable[[int], None] = lambda count: None
+
+    def column(
+        self, name: str, column: RaggedBytes, keys: list[str], shards: list[int], pads: list[bool]
+    ) -> Any:
+        """The decoded column; a sample it could not decode (skipping) is flagged in ``pads``."""
+        context = self.context
+        context.failed.clear()
+        try:
+            value = self.decoders[name].column(column, keys, context)
+        except DecodeError as exc:
+            shard = self.shard_names[shards[exc.index]] if exc.index < len(shards) else "?"
+            raise DecodeError.at(name, keys[exc.index], shard, exc.detail, exc.index) from exc
+        for index, _ in context.failed:
+            pads[index] = True
+        if context.failed:
+            self.on_bad(len(context.failed))
+        return value
+
+
+def to_batch(columns: Columns, start: int, stop: int, decoding: Decoding | None = None) -> Batch:
     batch = Batch()
     batch["__key__"] = columns.keys[start:stop]
+    pads = columns.pads[start:stop]
+    shards = columns.shards[start:stop]
     for name in columns.names:
         missing = bytecolumn.first_missing(columns.fields[name], start, stop)
         if missing is not None:
@@ -94,6 +132,10 @@ def to_batch(columns: Columns, start: int, stop: int) -> Batch:
                 f"sample {key!r} has no field {name!r}, so its batch cannot hold it as one buffer; read "
                 "this dataset with a collate_fn (make_loader(..., collate_fn=...)) or a transform"
             )
-        batch[name] = RaggedBytes(*bytecolumn.ragged(columns.fields[name], start, stop))
-    batch["__pad__"] = torch.from_numpy(np.array(columns.pads[start:stop], dtype=bool))
+        raw = RaggedBytes(*bytecolumn.ragged(columns.fields[name], start, stop))
+        if decoding is not None and name in decoding.decoders:
+            batch[name] = decoding.column(name, raw, batch["__key__"], shards, pads)
+        else:
+            batch[name] = raw
+    batch["__pad__"] = torch.from_numpy(np.array(pads, dtype=bool))
     return batch

@@ -1,20 +1,69 @@
 """Field decoders, chosen by the field's extension. Nothing is ever unpickled.
 
 ``decode=None`` keeps raw bytes (fastest; decode in ``transform`` or on the GPU). ``decode="auto"`` decodes
-every field whose last extension is known; a mapping names a decoder (or a callable) per field.
+every field whose last extension is known; a mapping names a decoder (a built-in name, a callable, or a
+:class:`ColumnDecoder`) per field.
+
+Every built-in decoder has two forms: one for a whole batch column (the batch path: one call per batch,
+no dict per sample) and one for a sample (the per-sample path, taken when a ``transform`` or a per-sample
+callable is given). Both give the same values: ``cls`` and ``index`` one int64 tensor, parsed in one
+vectorised call; ``txt`` a list of ``str``; ``json`` a list of objects; ``npy`` and images a stacked tensor
+when the shapes agree (else a list). A :class:`ColumnDecoder` (the fused image crops of
+:mod:`.images`, or :func:`column_decoder` around a function of your own) takes the column, the batch's
+keys and a :class:`DecodeContext` (seed and epoch, for draws that must be the same on a resume).
 """
 
 from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from loaders.transfer.collate import RaggedBytes
+from shardpipe.errors import DataError
+
 Decoder = Callable[[bytes], Any]
+"""A per-sample decoder: one field's bytes -> its value."""
+
+
+class DecodeError(DataError):
+    """A sample's field could not be decoded: the message names the field, the sample and its shard."""
+
+    def __init__(self, message: str, *, index: int = 0, detail: str = "") -> None:
+        super().__init__(message)
+        self.index, self.detail = index, detail
+
+    @classmethod
+    def at(cls, name: str, key: str, shard: str, detail: str, index: int = 0) -> DecodeError:
+        return cls(f"cannot decode field {name!r} of sample {key!r} (shard {shard}): {detail}", index=index,
+                   detail=detail)  # fmt: skip
+
+
+@dataclass(slots=True)
+class DecodeContext:
+    """What a column decoder may need beyond the bytes: the seed and epoch that draws depend on, and,
+    with ``skip`` (``on_error="skip"``), where it notes the samples it could not decode."""
+
+    seed: int = 0
+    epoch: int = 0
+    skip: bool = False
+    failed: list[tuple[int, str]] = field(default_factory=list)
+    """``(position in the column, one-line error)`` of each sample a decoder could not decode."""
+
+
+class ColumnDecoder(ABC):
+    """Decodes one field of a whole batch: ``(column, keys, context) -> a tensor with the batch first,
+    or a list with one value per sample``. Subclass it (or wrap a function with :func:`column_decoder`)
+    to keep ``make_loader``'s batch path."""
+
+    @abstractmethod
+    def __call__(self, column: RaggedBytes, keys: Sequence[str], context: DecodeContext) -> Any: ...
 
 
 def decode_cls(data: bytes) -> int:
@@ -49,22 +98,90 @@ def decode_image(data: bytes) -> torch.Tensor:
     return torch.from_numpy(array.transpose(2, 0, 1).copy())  # (C, H, W); a writable copy of Pillow's buffer
 
 
-BUILTIN: dict[str, Decoder] = {
-    "cls": decode_cls,
-    "cls2": decode_cls,
-    "index": decode_cls,
-    "txt": decode_text,
-    "text": decode_text,
-    "json": decode_json,
-    "npy": decode_npy,
-    "pth": decode_pth,
-    **dict.fromkeys(["jpg", "jpeg", "png", "bmp", "gif", "webp", "ppm", "pgm", "tif", "tiff"], decode_image),
+def int_column(column: RaggedBytes) -> torch.Tensor:
+    """Decimal integers, one per item, as one int64 tensor: items of one length (a label column's usual
+    shape) are parsed as one array of digits, others one by one."""
+    lengths = np.diff(column.offsets)
+    if len(lengths) and 0 < lengths[0] <= 18 and (lengths == lengths[0]).all():
+        width, start = int(lengths[0]), int(column.offsets[0])
+        raw = np.frombuffer(column.buffer, np.uint8, len(lengths) * width, start).reshape(-1, width)
+        digits = raw.astype(np.int64) - ord("0")
+        if ((digits >= 0) & (digits <= 9)).all():
+            return torch.from_numpy(digits @ (10 ** np.arange(width - 1, -1, -1, dtype=np.int64)))
+    return torch.tensor([int(item) for item in column], dtype=torch.int64)
+
+
+def stacked(values: list[Any]) -> Any:
+    """Tensors of one shape as one tensor with the batch first; anything else as the list."""
+    first = values[0] if values else None
+    if isinstance(first, torch.Tensor) and all(
+        isinstance(v, torch.Tensor) and v.shape == first.shape and v.dtype == first.dtype for v in values
+    ):
+        return torch.stack(values)
+    return values
+
+
+@dataclass(frozen=True, slots=True)
+class FieldDecoder:
+    """How one field is decoded, on either path (see the module docstring)."""
+
+    sample: Decoder | None
+    column: ColumnDecoder
+    batched: bool = True
+    """Whether the batch path may take it: a per-sample callable of the user's keeps the per-sample path."""
+
+    def __call__(self, data: bytes, key: str = "", context: DecodeContext | None = None) -> Any:
+        """The per-sample path: one sample's value (a column decoder run on a column of one)."""
+        if self.sample is not None:
+            return self.sample(data)
+        return self.column(RaggedBytes.from_list([data]), [key], context or DecodeContext())[0]
+
+
+@dataclass(frozen=True)
+class _Each(ColumnDecoder):
+    """The column form of a per-sample decoder: each item decoded, the results stacked if they can be."""
+
+    decoder: Decoder
+    stack: bool = True
+
+    def __call__(self, column: RaggedBytes, keys: Sequence[str], context: DecodeContext) -> Any:
+        values = [self.decoder(item) for item in column]
+        return stacked(values) if self.stack else values
+
+
+@dataclass(frozen=True)
+class _Function(ColumnDecoder):
+    function: Callable[[RaggedBytes], Any]
+
+    def __call__(self, column: RaggedBytes, keys: Sequence[str], context: DecodeContext) -> Any:
+        return self.function(column)
+
+
+def column_decoder(function: Callable[[RaggedBytes], Any]) -> ColumnDecoder:
+    """A decoder of your own that takes a whole batch column (``RaggedBytes``) and returns the batch's
+    values (a tensor with the batch first, or a list): it keeps ``make_loader``'s batch path. Module-level
+    functions only, if the loader has workers (it is pickled to them)."""
+    return _Function(function)
+
+
+_INTS = FieldDecoder(decode_cls, _Function(int_column))
+_IMAGE = FieldDecoder(decode_image, _Each(decode_image))
+BUILTIN: dict[str, FieldDecoder] = {
+    "cls": _INTS,
+    "cls2": _INTS,
+    "index": _INTS,
+    "txt": FieldDecoder(decode_text, _Each(decode_text, stack=False)),
+    "text": FieldDecoder(decode_text, _Each(decode_text, stack=False)),
+    "json": FieldDecoder(decode_json, _Each(decode_json, stack=False)),
+    "npy": FieldDecoder(decode_npy, _Each(decode_npy)),
+    "pth": FieldDecoder(decode_pth, _Each(decode_pth, stack=False)),
+    **dict.fromkeys(["jpg", "jpeg", "png", "bmp", "gif", "webp", "ppm", "pgm", "tif", "tiff"], _IMAGE),
 }
 
 
 def resolve_decoders(
-    decode: str | Mapping[str, str | Decoder] | None, fields: tuple[str, ...]
-) -> dict[str, Decoder]:
+    decode: str | Mapping[str, str | Decoder | ColumnDecoder] | None, fields: tuple[str, ...]
+) -> dict[str, FieldDecoder]:
     """Map each field to be decoded to its decoder; fields left out stay raw bytes."""
     if decode is None:
         return {}
@@ -76,18 +193,20 @@ def resolve_decoders(
         }
     if isinstance(decode, str):
         raise ValueError(f"decode must be None, 'auto' or a mapping of field -> decoder, got {decode!r}")
-    decoders: dict[str, Decoder] = {}
-    for field, decoder in decode.items():
-        if field not in fields:
-            raise ValueError(
-                f"decode names field {field!r}, but the dataset's fields are {', '.join(fields)}"
-            )
+    decoders: dict[str, FieldDecoder] = {}
+    for name, decoder in decode.items():
+        if name not in fields:
+            raise ValueError(f"decode names field {name!r}, but the dataset's fields are {', '.join(fields)}")
         if isinstance(decoder, str):
             if decoder not in BUILTIN:
                 raise ValueError(
-                    f"unknown decoder {decoder!r} for {field!r}; built in: {', '.join(sorted(BUILTIN))}"
+                    f"unknown decoder {decoder!r} for {name!r}; built in: {', '.join(sorted(BUILTIN))}"
                 )
-            decoders[field] = BUILTIN[decoder]
-        else:
-            decoders[field] = decoder
+            decoders[name] = BUILTIN[decoder]
+        elif isinstance(decoder, FieldDecoder):
+            decoders[name] = decoder
+        elif isinstance(decoder, ColumnDecoder):
+            decoders[name] = FieldDecoder(None, decoder)
+        else:  # a per-sample callable of the user's: it keeps the per-sample path
+            decoders[name] = FieldDecoder(decoder, _Each(decoder, stack=False), batched=False)
     return decoders
