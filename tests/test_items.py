@@ -85,8 +85,8 @@ def test_a_finished_job_is_a_no_op_and_other_items_refuse_to_resume(tmp_path: Pa
 
 
 def test_pieces_follow_the_item_count_only() -> None:
-    assert [len(p) for p in items_module.plan_item_pieces(list(range(10)))] == [1] * 10
-    pieces = items_module.plan_item_pieces(list(range(1000)))
+    assert [len(p) for p in items_module.plan_item_pieces(list(range(10)), ".tar")] == [1] * 10
+    pieces = items_module.plan_item_pieces(list(range(1000)), ".tar")
     assert len(pieces) == 63 and {len(p) for p in pieces[:-1]} == {16}
     assert pieces[5].first_item == 80
 

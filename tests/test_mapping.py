@@ -18,7 +18,9 @@ from shardpipe.packing import PackOptions, mapping, pack
 from shardpipe.packing.mapping import MapError
 from shardpipe.packing.output import JobMismatchError
 from shardpipe.packing.samples import SampleError
+from shardpipe.storage import open_store
 from shardpipe.tools.verify import verify
+from testkit.servers import S3Server
 from tests.datagen import make_tree
 from tests.test_pack import PicklingExecutor, read_back, tree_files
 
@@ -31,24 +33,36 @@ def run(*args: str | Path) -> Result:
 
 @pytest.fixture
 def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pieces of 7 inputs: shards of 16 samples then span pieces, as a large pack's do."""
-    monkeypatch.setattr(mapping, "PIECE_SAMPLES", 7)
+    """Several pieces per planned shard, so shards are written from the staged shards of several pieces."""
+    monkeypatch.setattr(mapping, "MIN_PIECES", 30)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("split_pieces", [False, True], ids=["moved", "rewritten"])
 def test_a_map_that_changes_nothing_writes_the_shards_of_no_map(
-    tmp_path: Path, fmt: str, small_pieces: None
+    tmp_path: Path, fmt: str, split_pieces: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    make_tree(tmp_path / "src", 60)
+    """With a piece per planned shard each staged shard is moved into place, never written again; with
+    several pieces per shard they are read back and rewritten: the same bytes either way."""
+    make_tree(tmp_path / "src", 150)
     plain = pack(tmp_path / "src", tmp_path / "plain", PackOptions(format=fmt, max_samples=16), quiet=True)
-    options = PackOptions(format=fmt, max_samples=16, map="tests.maps:unchanged", workers=2)
+    if split_pieces:
+        monkeypatch.setattr(mapping, "MIN_PIECES", 30)
+    else:
+        monkeypatch.setattr(mapping, "write_columns", _never)  # 10 shards: one piece each
+    options = PackOptions(format=fmt, max_samples=16, map="tests.maps:unchanged", workers=1)
     mapped = pack(tmp_path / "src", tmp_path / "mapped", options, quiet=True)
     for split, shards in plain.manifest.splits.items():
         for ours, theirs in zip(mapped.manifest.splits[split], shards, strict=True):
             assert ours == theirs  # same path, count, bytes, sha256, index
+    assert tree_files(tmp_path / "mapped").keys() == tree_files(tmp_path / "plain").keys()
     assert not (tmp_path / "mapped" / mapping.STAGING).exists()
     assert mapped.manifest.job["options"]["map"]["name"] == "tests.maps:unchanged"
     assert verify(tmp_path / "mapped", quiet=True) == []
+
+
+def _never(*args: object) -> None:
+    raise AssertionError("a staged shard that is a whole shard is moved, not written again")
 
 
 def test_outputs_are_byte_identical_for_any_workers_executor_and_pieces(
@@ -69,7 +83,7 @@ def test_outputs_are_byte_identical_for_any_workers_executor_and_pieces(
     }
     outs.append(tree_files(tmp_path / "shipped"))
     assert outs[0] == outs[1] == outs[2]
-    monkeypatch.setattr(mapping, "PIECE_SAMPLES", 5)  # pieces are planned work: the job's, not the shards'
+    monkeypatch.setattr(mapping, "MIN_PIECES", 40)  # pieces are planned work: the job's, not the shards'
     pack(tmp_path / "src", tmp_path / "pieces", options, quiet=True)
     shards = {name: data for name, data in tree_files(tmp_path / "pieces").items() if name != "manifest.json"}
     assert shards == {name: data for name, data in outs[0].items() if name != "manifest.json"}
@@ -204,7 +218,7 @@ def test_an_interrupted_pack_with_a_map_resumes_keeping_mapped_pieces(
     journal = (tmp_path / "out" / ".shardpipe-journal.jsonl").read_text().splitlines()
     assert sum('"piece"' in line for line in journal) == 3
     mapped: list[int] = []
-    monkeypatch.setattr(mapping, "PIECE_SAMPLES", 7)
+    monkeypatch.setattr(mapping, "MIN_PIECES", 30)
     monkeypatch.setattr("shardpipe.packing.pipeline.map_piece", lambda piece, *a: mapped.append(piece.index)
                         or original(piece, *a))  # fmt: skip
     resumed = pack(tmp_path / "src", tmp_path / "out", PackOptions(**{**_fields(options), "resume": True}),
@@ -212,3 +226,20 @@ def test_an_interrupted_pack_with_a_map_resumes_keeping_mapped_pieces(
     assert 0 not in mapped and 1 not in mapped and 2 not in mapped and mapped  # the journaled pieces stay
     assert resumed.manifest == reference.manifest
     assert tree_files(tmp_path / "out") == tree_files(tmp_path / "reference")
+
+
+@pytest.mark.parametrize("split_pieces", [False, True], ids=["moved", "rewritten"])
+def test_a_pack_with_a_map_into_a_bucket_equals_the_local_one(
+    tmp_path: Path, s3: S3Server, s3_root: str, split_pieces: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Staged shards live in the bucket too: moved within it, or read back and rewritten."""
+    if split_pieces:
+        monkeypatch.setattr(mapping, "MIN_PIECES", 12)
+    make_tree(tmp_path / "src", 40)
+    options = PackOptions(format="tar", max_samples=10, map="tests.maps:unchanged", workers=1)
+    local = pack(tmp_path / "src", tmp_path / "local", options, quiet=True)
+    remote = pack(tmp_path / "src", s3_root, options, quiet=True, storage_options=s3.storage_options())
+    store = open_store(s3_root, storage_options=s3.storage_options())
+    files = {k: store.read(k) for k in store.list_keys() if k != "manifest.json"}
+    assert files == {k: v for k, v in tree_files(tmp_path / "local").items() if k != "manifest.json"}
+    assert remote.manifest.splits == local.manifest.splits

@@ -299,7 +299,7 @@ def test_a_pack_with_a_map_on_ray_equals_the_local_pack(
 ) -> None:
     """Map tasks and the shard writes of their outputs run as Ray tasks: the same bytes as local processes,
     with the map's pieces staged through OUT (several pieces per shard and shards across pieces)."""
-    monkeypatch.setattr(mapping, "PIECE_SAMPLES", 7)  # planned in the driver: the tasks get the pieces
+    monkeypatch.setattr(mapping, "MIN_PIECES", 20)  # planned in the driver: the tasks get the pieces
     make_tree(tmp_path / "src", 40)
     opts = PackOptions(format="tfrecord", max_samples=12, map="tests.maps:twice", on_error="skip")
     local = pack(tmp_path / "src", tmp_path / "local", opts, quiet=True)

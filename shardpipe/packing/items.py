@@ -30,7 +30,7 @@ import numpy as np
 from shardpipe.errors import UsageError
 from shardpipe.formats import format_info
 from shardpipe.packing.engine import local_pool
-from shardpipe.packing.mapping import PIECE_SAMPLES, MapPiece, Outputs, plan_mapped_shards, write_mapped_shard
+from shardpipe.packing.mapping import MapPiece, Outputs, plan_mapped_shards, staged_path, write_mapped_shard
 from shardpipe.packing.options import PackOptions
 from shardpipe.packing.output import Job, Output
 from shardpipe.packing.pipeline import PackResult, job_manifest, map_all, write_all
@@ -40,8 +40,9 @@ from shardpipe.process_settings import pausing_gc
 from shardpipe.storage import as_location, open_writable_store
 
 TARGET_PIECES = 64
-"""Items are cut into about this many pieces (at most ``PIECE_SAMPLES`` items each, at least one): enough
-to spread a costly function over many workers, whatever their number."""
+"""Items are cut into about this many pieces (at most ``MAX_PIECE_ITEMS`` items each, at least one):
+enough to spread a costly function over many workers, whatever their number."""
+MAX_PIECE_ITEMS = 4096
 
 
 def pack_items(
@@ -81,18 +82,19 @@ def _pack_items(
     transform = options.transform()
     if transform is None:
         raise UsageError("pack_items needs a function fn(item) -> sample(s)")
-    pieces = plan_item_pieces(items)
+    suffix = format_info(options.format).suffix
+    pieces = plan_item_pieces(items, suffix)
     job = Job(items_fingerprint(pieces, options), options.job_options(), "python items")
     prepared = target.prepare(job, resume=options.resume, overwrite=options.overwrite)
     if prepared.complete is not None:
         num_shards = sum(len(shards) for shards in prepared.complete.splits.values())
         skipped = int(prepared.complete.skipped.get("count", 0))
         return PackResult(prepared.complete, 0, num_shards, 0, 0, True, skipped)
-    mapped = map_all(pieces, target, prepared, executor, quiet,
-                     (target.store, transform, options.on_error, storage_options))  # fmt: skip
+    map_args = (target.store, options.format, transform, options.on_error, storage_options)
+    mapped = map_all(pieces, target, prepared, executor, quiet, map_args)
     outputs = Outputs.of(mapped)
-    jobs = plan_mapped_shards(outputs, item_rows(outputs, options), format_info(options.format).suffix,
-                              max_samples=options.max_samples, max_bytes=options.max_bytes)  # fmt: skip
+    jobs = plan_mapped_shards(outputs, item_rows(outputs, options), suffix, max_samples=options.max_samples,
+                              max_bytes=options.max_bytes)  # fmt: skip
     args = (target.store, options.format)
     entries, num_written, num_reused = write_all(jobs, write_mapped_shard, args, target, prepared, executor,
                                                  options, quiet)  # fmt: skip
@@ -102,11 +104,13 @@ def _pack_items(
     return PackResult(manifest, num_written, num_reused, 0, 0, False, sum(len(p.skipped) for p in mapped))
 
 
-def plan_item_pieces(items: Sequence[Any]) -> list[MapPiece]:
+def plan_item_pieces(items: Sequence[Any], suffix: str) -> list[MapPiece]:
     """The items as about ``TARGET_PIECES`` pieces of consecutive items (a function of their count)."""
-    size = min(PIECE_SAMPLES, max(1, math.ceil(len(items) / TARGET_PIECES)))
+    size = min(MAX_PIECE_ITEMS, max(1, math.ceil(len(items) / TARGET_PIECES)))
     return [
-        MapPiece("", index, items=tuple(items[start : start + size]), first_item=start)
+        MapPiece(
+            "", index, staged_path(index, suffix), items=tuple(items[start : start + size]), first_item=start
+        )
         for index, start in enumerate(range(0, len(items), size))
     ]
 

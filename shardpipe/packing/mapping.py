@@ -1,23 +1,27 @@
 """Packing with a transform (a user map, the image preparation: :mod:`.transform`): its two steps.
 
-The plan with a transform has two steps, so that the cut of shards stays a pure function of the ordered
-outputs whatever runs the work:
+The sizes of a map's outputs are unknown until it has run, so the plan has two steps, and the cut of
+shards stays a pure function of the ordered outputs whatever runs the work:
 
-1. **Pieces.** The inputs, in plan order, are cut into pieces of at most :data:`PIECE_SAMPLES` inputs
-   (and, for files, :data:`PIECE_BYTES`): a pure function of the inputs, never of the worker count. One
-   task maps one piece in order (:func:`map_piece`) and stages its checked outputs, framed as LMDB
-   records are (:mod:`shardpipe.formats.framing`: key, fields, checksum), as one object under
-   ``OUT/.shardpipe-staging/``; its result (:class:`MappedPiece`: each output's key and sizes) is
-   journaled, so a resume keeps finished pieces.
-2. **Shards.** The outputs of each split, in order, are cut into shards by the same greedy rule as inputs
-   without a map (``max_samples``, ``max_bytes`` of payload), across pieces; one task writes one shard
-   from the staged records it spans (:func:`write_mapped_shard`). The staging objects go once the
-   manifest is in place.
+1. **Pieces.** The inputs are cut into pieces by the pack's own shard plan (the shards a pack without a
+   map would write), each split in equal parts when the job would have fewer than :data:`MIN_PIECES`
+   (so a costly map still spreads over several workers): a function of the inputs and options, never of
+   the worker count. One task maps one piece in order (:func:`map_piece`), checks every output and
+   writes the outputs, in the dataset's format, as a staged shard under ``OUT/.shardpipe-staging/``;
+   its result (:class:`MappedPiece`: each output's key and size, the staged shard's entry) is journaled,
+   so a resume keeps finished pieces.
+2. **Shards.** The outputs of each split, in order, are cut into shards by the rule a pack without a map
+   uses (``max_samples``, ``max_bytes`` of payload), across pieces. A shard that holds exactly one
+   piece's outputs is that piece's staged shard, moved into place (no byte written twice: a map that
+   keeps sizes, such as one that changes no sample, costs only itself); any other is written from the
+   staged shards it spans, read and checked like any shard (:func:`write_mapped_shard`). Either way its
+   bytes are the same: writers get the same batches (:func:`~shardpipe.packing.write.batched`). What is
+   left staged goes once the manifest is in place.
 
 For a source (files), the inputs are split and ordered before the map, and their outputs keep that
-split and order: a map whose outputs equal its inputs writes the same shards, byte for byte, as no map.
-Inputs given in Python (:func:`shardpipe.packing.items.pack_items`) have no key until mapped: each one's
-outputs go to the split (and the place in the order) that the key of its first output picks.
+split and order: a map whose outputs equal its inputs writes the shards of no map, byte for byte.
+Inputs given in Python (:mod:`.items`) have no key until mapped: each one's outputs go to the split (and
+the place in the order) that the key of its first output picks.
 
 A failing input stops the pack naming it, its source files and the function's error, unless
 ``on_error="skip"``: then it is left out, counted and named (with a one-line error) in the manifest.
@@ -25,29 +29,29 @@ A failing input stops the pack naming it, its source files and the function's er
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 import numpy as np
 
 from shardpipe.errors import DataError
-from shardpipe.formats import bytecolumn, framing
+from shardpipe.formats import bytecolumn, get_format
+from shardpipe.formats.layout import ShardIndex
 from shardpipe.manifest import ShardEntry
-from shardpipe.packing.plan import cut_runs, cut_shards
+from shardpipe.packing.plan import cut_shards
 from shardpipe.packing.samples import KEY, Sample
 from shardpipe.packing.transform import OnError, Transform
-from shardpipe.packing.write import Batch, load_batches, write_columns
+from shardpipe.packing.write import Batch, ShardFile, batched, load_batches, write_columns
 from shardpipe.sources import SampleTable
-from shardpipe.storage import Store, task_store
+from shardpipe.storage import Store, local_copy, task_store
 
 STAGING = ".shardpipe-staging"
 """Where a pack with a map stages its mapped pieces, under OUT; removed once the manifest is in place."""
-PIECE_SAMPLES = 4096
-"""Most inputs per mapped piece: small enough to spread a costly map over the workers and to hold one
-piece's outputs in memory, large enough that a task's fixed cost is small beside its samples."""
-PIECE_BYTES = 8 << 20
-"""Most input bytes per mapped piece (a single larger input gets a piece of its own)."""
+MIN_PIECES = 8
+"""A job planned into fewer shards is mapped in at least this many pieces (more shards, more pieces)."""
 MAX_SKIPPED_NAMED = 100
 """Skipped inputs named one by one in the manifest; the count covers them all."""
 
@@ -69,15 +73,12 @@ class MapPiece:
     """The split of a source's samples; empty for items (decided by their outputs' keys)."""
     index: int
     """The piece's number in the job (every split's pieces, in plan order)."""
+    relpath: str
+    """Its staged shard, under OUT."""
     samples: SampleTable | None = None
     items: tuple[Any, ...] = ()
     first_item: int = 0
     """The position of ``items[0]`` among all items, for messages."""
-
-    @property
-    def relpath(self) -> str:
-        """The staged object of its outputs, under OUT."""
-        return f"{STAGING}/piece-{self.index:06d}.rec"
 
     def __len__(self) -> int:
         return len(self.samples) if self.samples is not None else len(self.items)
@@ -100,93 +101,125 @@ class MapPiece:
                 position += 1
 
 
+def staged_path(index: int, suffix: str) -> str:
+    return f"{STAGING}/piece-{index:06d}{suffix}"
+
+
+def plan_pieces(jobs: Sequence[Any], suffix: str) -> list[MapPiece]:
+    """The pieces of a source's shard plan (``jobs``: each a split's run of samples in plan order), each
+    split in equal parts when there are fewer than ``MIN_PIECES`` of them."""
+    parts = math.ceil(MIN_PIECES / len(jobs)) if jobs else 1
+    pieces: list[MapPiece] = []
+    for job in jobs:
+        size = math.ceil(len(job.samples) / parts)
+        for start in range(0, len(job.samples), size):
+            rows = slice(start, start + size)
+            pieces.append(
+                MapPiece(job.split, len(pieces), staged_path(len(pieces), suffix), job.samples.take(rows))
+            )
+    return pieces
+
+
 @dataclass(frozen=True, slots=True)
 class MappedPiece:
-    """A piece's staged outputs, in order: what the shard plan needs, and what the journal keeps."""
+    """A piece's outputs, in order, staged as one shard: what the shard plan needs, what the journal keeps."""
 
     split: str
     index: int
-    path: str
-    sha256: str
-    num_bytes: int
     num_inputs: int
+    staged: ShardEntry | None
+    """The staged shard of its outputs (None when it gave none)."""
     fields: tuple[str, ...]
     """The outputs' field names, sorted (every output of a dataset has the same)."""
     keys: list[str]
     sizes: list[int]
     """Each output's payload bytes (its fields), which the shard cut counts."""
-    lengths: list[int]
-    """Each output's framed record bytes in the staged object."""
     groups: list[int]
     """How many outputs each input gave, in input order (0 for a dropped or skipped one)."""
     skipped: list[tuple[str, str]] = field(default_factory=list)
     """``(input name, one-line error)`` of every input left out under ``on_error="skip"``."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"piece": {**asdict(self), "fields": list(self.fields)}}
+        return {"piece": {
+            "split": self.split, "index": self.index, "num_inputs": self.num_inputs,
+            "staged": None if self.staged is None else self.staged.to_json(), "fields": list(self.fields),
+            "keys": self.keys, "sizes": self.sizes, "groups": self.groups, "skipped": self.skipped,
+        }}  # fmt: skip
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MappedPiece:
         piece = dict(data["piece"])
+        staged = piece["staged"]
+        piece["staged"] = None if staged is None else ShardEntry.from_json(staged)
         piece["fields"] = tuple(piece["fields"])
         piece["skipped"] = [tuple(pair) for pair in piece["skipped"]]
         return cls(**piece)
 
 
-def plan_pieces(splits: Mapping[str, SampleTable]) -> list[MapPiece]:
-    """Every split's samples (in plan order) as pieces of at most ``PIECE_SAMPLES`` inputs and
-    ``PIECE_BYTES``, numbered through the job."""
-    pieces: list[MapPiece] = []
-    for split, samples in splits.items():
-        runs = cut_runs(samples.num_bytes, max_samples=PIECE_SAMPLES, max_bytes=PIECE_BYTES)
-        pieces += [MapPiece(split, len(pieces) + i, samples.take(run)) for i, run in enumerate(runs)]
-    return pieces
-
-
 def map_piece(
     piece: MapPiece,
     out: Store,
+    format_name: str,
     transform: Transform,
     on_error: OnError = "raise",
     source_options: Mapping[str, Any] | None = None,
 ) -> MappedPiece:
-    """Map one piece's inputs in order, check every output, stage them framed in one object of ``out``.
+    """Map one piece's inputs in order, check every output, write them as the piece's staged shard.
 
     Module-level, its arguments pickle: any executor runs it, and its result depends on them only."""
     out = task_store(out)
     keys: list[str] = []
     sizes: list[int] = []
-    records: list[bytes] = []
     groups: list[int] = []
     skipped: list[tuple[str, str]] = []
-    fields: tuple[str, ...] | None = None
+    fields: list[tuple[str, ...]] = []  # the first output's, once there is one
     apply = transform.bind()
-    for given, name, where in piece.inputs(source_options):
+
+    def outputs() -> Iterator[tuple[str, Sequence[bytes]]]:
+        for given, name, where in piece.inputs(source_options):
+            try:
+                made = apply(given)
+            except Exception as exc:  # the user's function: any error is this input's
+                line = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                if on_error == "skip":
+                    skipped.append((name, line))
+                    groups.append(0)
+                    continue
+                label = name if piece.samples is None else f"sample {name!r}"
+                raise MapError(f"the map failed on {label} ({where}): {line}", key=name) from exc
+            for key, output in made:
+                if not fields:
+                    fields.append(tuple(sorted(output)))
+                if len(output) != len(fields[0]) or any(name not in output for name in fields[0]):
+                    raise _fields_differ(key, tuple(sorted(output)), keys[0], fields[0])
+                values = [output[name] for name in fields[0]]
+                keys.append(key)
+                sizes.append(sum(map(len, values)))
+                yield key, values
+            groups.append(len(made))
+
+    stream = outputs()
+    first = next(stream, None)  # the fields are known once there is an output
+    staged = None
+    if first is not None:
+        shard = ShardFile(piece.relpath, out, format_name)
         try:
-            outputs = apply(given)
-        except Exception as exc:  # the user's function: any error is this input's
-            line = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-            if on_error == "skip":
-                skipped.append((name, line))
-                groups.append(0)
-                continue
-            label = name if piece.samples is None else f"sample {name!r}"
-            raise MapError(f"the map failed on {label} ({where}): {line}", key=name) from exc
-        for key, output in outputs:
-            names = tuple(sorted(output))
-            if fields is None:
-                fields = names
-            elif names != fields:
-                raise _fields_differ(key, names, keys[0], fields)
-            keys.append(key)
-            sizes.append(sum(map(len, output.values())))
-            records.append(framing.encode(key, output))
-        groups.append(len(outputs))
+            for batch in batched(_chain(first, stream), fields[0]):
+                shard.write_batch(*batch)
+        except BaseException:
+            shard.abort()
+            raise
+        staged = shard.finish()
     _check_unique(keys)
-    data = b"".join(records)
-    sha256 = out.put(piece.relpath, data, durable=False)
-    return MappedPiece(piece.split, piece.index, piece.relpath, sha256, len(data), len(piece), fields or (),
-                       keys, sizes, list(map(len, records)), groups, skipped)  # fmt: skip
+    return MappedPiece(piece.split, piece.index, len(piece), staged, fields[0] if fields else (), keys, sizes,
+                       groups, skipped)  # fmt: skip
+
+
+def _chain(
+    first: tuple[str, Sequence[bytes]], rest: Iterator[tuple[str, Sequence[bytes]]]
+) -> Iterator[tuple[str, Sequence[bytes]]]:
+    yield first
+    yield from rest
 
 
 def skipped_record(pieces: Sequence[MappedPiece]) -> dict[str, Any]:
@@ -203,21 +236,19 @@ class Outputs:
     keys: list[str]
     sizes: np.ndarray
     piece_of: np.ndarray
-    start: np.ndarray
-    """Each record's first byte in its piece's staged object."""
-    length: np.ndarray
+    position: np.ndarray
+    """Each output's place in its piece's staged shard."""
 
     @classmethod
     def of(cls, pieces: Sequence[MappedPiece]) -> Outputs:
         _check_agree(pieces)
-        lengths = [np.array(p.lengths, dtype=np.int64) for p in pieces]
+        counts = [len(p.keys) for p in pieces]
         return cls(
             pieces,
             [key for p in pieces for key in p.keys],
             np.array([size for p in pieces for size in p.sizes], dtype=np.int64),
-            np.repeat(np.arange(len(pieces)), [len(p.keys) for p in pieces]),
-            np.concatenate([np.cumsum(n) - n for n in lengths]) if pieces else np.zeros(0, np.int64),
-            np.concatenate(lengths) if pieces else np.zeros(0, np.int64),
+            np.repeat(np.arange(len(pieces)), counts),
+            np.concatenate([np.arange(n) for n in counts]) if pieces else np.zeros(0, np.int64),
         )
 
     @property
@@ -235,17 +266,22 @@ class Outputs:
 
 @dataclass(frozen=True, slots=True)
 class MappedShardJob:
-    """One shard of mapped outputs: runs ``(piece object, first record byte, stop byte, record lengths)``
-    of staged records, in order."""
+    """One shard of mapped outputs: runs ``(staged shard, start, stop)`` of samples of staged shards, in
+    order; a single run that is all of one staged shard moves it into place."""
 
     split: str
     relpath: str
     fields: tuple[str, ...]
-    segments: list[tuple[str, int, int, list[int]]]
+    runs: list[tuple[ShardEntry, int, int]]
 
     @property
     def num_samples(self) -> int:
-        return sum(len(lengths) for *_, lengths in self.segments)
+        return sum(stop - start for _, start, stop in self.runs)
+
+    @property
+    def whole(self) -> bool:
+        """Whether the shard is exactly one staged shard."""
+        return len(self.runs) == 1 and self.runs[0][1] == 0 and self.runs[0][2] == self.runs[0][0].num_samples
 
 
 def plan_mapped_shards(
@@ -257,26 +293,21 @@ def plan_mapped_shards(
     max_bytes: int | None,
 ) -> list[MappedShardJob]:
     """Every split's shards, in manifest order: the split's output ``rows`` in the order given, cut by the
-    greedy rule of a pack without a map; each shard as runs of consecutive staged records."""
+    greedy rule of a pack without a map; each shard as runs of consecutive staged samples."""
     jobs: list[MappedShardJob] = []
     for split, ordered in rows.items():
         keys = [outputs.keys[r] for r in ordered]
-        runs = cut_shards(keys, outputs.sizes[ordered], max_samples=max_samples, max_bytes=max_bytes)
-        for number, run in enumerate(runs if keys else []):
-            shard = ordered[run]  # (samples,) row ids
-            breaks = np.flatnonzero(np.diff(shard) != 1) + 1  # a run of rows one after another...
-            breaks = np.union1d(
-                breaks, np.flatnonzero(np.diff(outputs.piece_of[shard]) != 0) + 1
-            )  # ...in one piece
-            segments = []
-            for part in np.split(shard, breaks):
-                first, last = int(part[0]), int(part[-1])
-                stop = int(outputs.start[last] + outputs.length[last])
-                segments.append((outputs.pieces[int(outputs.piece_of[first])].path, int(outputs.start[first]),
-                                 stop, outputs.length[part].tolist()))  # fmt: skip
-            jobs.append(
-                MappedShardJob(split, f"{split}/shard-{number:06d}{suffix}", outputs.fields, segments)
-            )
+        cuts = cut_shards(keys, outputs.sizes[ordered], max_samples=max_samples, max_bytes=max_bytes)
+        for number, cut in enumerate(cuts if keys else []):
+            shard = ordered[cut]  # (samples,) row ids
+            breaks = np.flatnonzero((np.diff(shard) != 1) | (np.diff(outputs.piece_of[shard]) != 0)) + 1
+            runs = []
+            for part in np.split(shard, breaks):  # rows one after another, in one piece
+                staged = cast(
+                    ShardEntry, outputs.pieces[int(outputs.piece_of[part[0]])].staged
+                )  # has outputs
+                runs.append((staged, int(outputs.position[part[0]]), int(outputs.position[part[-1]]) + 1))
+            jobs.append(MappedShardJob(split, f"{split}/shard-{number:06d}{suffix}", outputs.fields, runs))
     return jobs
 
 
@@ -307,15 +338,39 @@ def _check_unique(keys: Sequence[str]) -> None:
 
 
 def write_mapped_shard(job: MappedShardJob, out: Store, format_name: str) -> ShardEntry:
-    """Write one shard of mapped outputs from the staged records it spans (each checked as it is
-    decoded). Module-level, its arguments pickle: any executor runs it."""
+    """Write one shard of mapped outputs: a whole staged shard is moved into place (its index first), any
+    other is written from the staged samples it spans, read and checked. Module-level, its arguments
+    pickle: any executor runs it."""
     out = task_store(out)
-    return write_columns(job.relpath, out, format_name, _staged(job, out))
+    if job.whole:
+        staged = job.runs[0][0]
+        index_path = None
+        if staged.index_path is not None:
+            index_path = f"{job.relpath}.idx"
+            out.move(staged.index_path, index_path)
+        out.move(staged.path, job.relpath)
+        return replace(staged, path=job.relpath, index_path=index_path)
+    with ExitStack() as stack:
+        return write_columns(job.relpath, out, format_name, _staged(job, out, format_name, stack))
 
 
-def _staged(job: MappedShardJob, out: Store) -> Iterator[Batch]:
-    for key, start, stop, lengths in job.segments:
-        (data,) = out.read_ranges(key, [(start, stop)])
-        keys, columns = framing.decode_joined(data, lengths, job.fields, version=framing.VERSION, check=True)
-        # every output has every field (map_piece checked): no value is None
-        yield keys, job.fields, [bytecolumn.values(columns[name]) for name in job.fields]  # type: ignore[misc]
+def _staged(job: MappedShardJob, out: Store, format_name: str, stack: ExitStack) -> Iterator[Batch]:
+    """The shard's samples read from the staged shards, cut into the writer's batches."""
+    fmt = get_format(format_name)
+
+    def samples() -> Iterator[tuple[str, Sequence[bytes]]]:
+        for staged, start, stop in job.runs:
+            path = stack.enter_context(local_copy(out, staged.path))
+            index = None
+            if staged.index_path is not None:
+                with local_copy(out, staged.index_path) as index_file:
+                    index = ShardIndex.read(
+                        index_file, staged.num_samples, job.fields, sha256=staged.index_sha256
+                    )
+            with fmt.open_reader(path, index) as reader:
+                keys, columns = reader.read_runs([(start, stop)], job.fields)
+            values = [bytecolumn.values(columns[name]) for name in job.fields]
+            for i, key in enumerate(keys):
+                yield key, [column[i] for column in values]  # type: ignore[misc]  # every field is present
+
+    return batched(samples(), job.fields)

@@ -138,8 +138,8 @@ class Output:
         return entry
 
     def reusable_piece(self, piece: MappedPiece | None) -> MappedPiece | None:
-        """A journaled mapped piece whose staged object is still as recorded, else None."""
-        if piece is None or not self._unchanged(piece.path, piece.num_bytes, piece.sha256):
+        """A journaled mapped piece whose staged shard is still as recorded (or that gave no output)."""
+        if piece is None or (piece.staged is not None and self.reusable(piece.staged) is None):
             return None
         return piece
 

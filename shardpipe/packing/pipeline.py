@@ -32,7 +32,7 @@ from shardpipe.packing.mapping import (
 )
 from shardpipe.packing.options import PackOptions
 from shardpipe.packing.output import Job, Output, Prepared
-from shardpipe.packing.plan import fingerprint, plan_jobs, split_samples
+from shardpipe.packing.plan import fingerprint, plan_jobs
 from shardpipe.packing.write import write_shard
 from shardpipe.process_settings import pausing_gc
 from shardpipe.progress import Progress
@@ -96,11 +96,12 @@ def _pack(
     )
     suffix = format_info(options.format).suffix
     transform = options.transform()
-    pieces = plan_pieces(split_samples(scan.table, options)) if transform is not None else []
-    jobs = plan_jobs(scan.table, suffix, options) if transform is None else []
+    jobs = plan_jobs(scan.table, suffix, options)
+    pieces = plan_pieces(jobs, suffix) if transform is not None else []
     source = redact_url(str(src)) if isinstance(src, str) else os.fspath(src)  # never a credential
-    planned = [(p.relpath, p.samples) for p in pieces if p.samples is not None]
-    planned += [(j.relpath, j.samples) for j in jobs]
+    planned = [(p.relpath, p.samples) for p in pieces if p.samples is not None] or [
+        (j.relpath, j.samples) for j in jobs
+    ]
     job = Job(fingerprint(planned, options), options.job_options(), source)
     prepared = target.prepare(job, resume=options.resume, overwrite=options.overwrite)
     counts = (scan.num_skipped_incomplete, scan.num_ignored_files)
@@ -114,8 +115,8 @@ def _pack(
         write: Callable[..., ShardEntry] = write_shard
         args: tuple[Any, ...] = (target.store, options.format, storage_options)
     else:
-        mapped = map_all(pieces, target, prepared, executor, quiet,
-                      (target.store, transform, options.on_error, storage_options))  # fmt: skip
+        map_args = (target.store, options.format, transform, options.on_error, storage_options)
+        mapped = map_all(pieces, target, prepared, executor, quiet, map_args)
         outputs = Outputs.of(mapped)
         jobs = plan_mapped_shards(  # type: ignore[assignment]
             outputs, outputs.by_piece_split(), suffix, max_samples=options.max_samples,

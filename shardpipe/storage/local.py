@@ -17,7 +17,7 @@ from typing import BinaryIO, TypeVar
 
 from shardpipe.errors import CorruptShardError
 from shardpipe.storage.base import AccessDeniedError, ObjectNotFoundError
-from shardpipe.storage.files import publish, sweep_temporaries, temp_path
+from shardpipe.storage.files import fsync_file, publish, sweep_temporaries, temp_path
 from shardpipe.storage.ranges import coalesce_ranges, slice_blocks
 
 T = TypeVar("T")
@@ -98,16 +98,29 @@ class LocalStore:
                 size += len(chunk)
         return digest.hexdigest(), size
 
-    def put(self, key: str, data: bytes, *, sha256: str | None = None, durable: bool = True) -> str:
+    def put(self, key: str, data: bytes, *, sha256: str | None = None) -> str:
         digest = hashlib.sha256(data).hexdigest()
         _check_digest(self.url(key), digest, sha256)
         with self.staging(key) as temp:
             temp.write_bytes(data)
-            if durable:
-                publish(temp, self.local_path(key))
-            else:
-                os.replace(temp, self.local_path(key))
+            publish(temp, self.local_path(key))
         return digest
+
+    def move(self, source: str, key: str) -> None:
+        final = self.local_path(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        self._call(source, lambda path: os.replace(path, final))
+        fsync_file(final.parent)
+        self._prune(self.local_path(source).parent)
+
+    def _prune(self, folder: Path) -> None:
+        """Remove ``folder`` and the folders above it, up to the root, while they are empty."""
+        while folder != self._root and self._root in folder.parents:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty: the folders above are not empty either
+                break
+            folder = folder.parent
 
     def put_file(self, key: str, source: Path, *, sha256: str | None = None) -> str:
         digest = hashlib.sha256()
@@ -146,13 +159,7 @@ class LocalStore:
             shutil.rmtree(path)
         else:
             self._call(key, lambda p: p.unlink(missing_ok=missing_ok))
-        folder = path.parent  # folders emptied by the removal go too, up to the root
-        while folder != self._root and self._root in folder.parents:
-            try:
-                folder.rmdir()
-            except OSError:  # not empty: the folders above are not empty either
-                break
-            folder = folder.parent
+        self._prune(path.parent)
 
     def remove_temporaries(self) -> int:
         return sweep_temporaries(self._root) if self._root.is_dir() else 0

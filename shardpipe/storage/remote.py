@@ -169,7 +169,7 @@ class FsspecStore:
             digest.update(chunk)
         return digest.hexdigest(), size
 
-    def put(self, key: str, data: bytes, *, sha256: str | None = None, durable: bool = True) -> str:
+    def put(self, key: str, data: bytes, *, sha256: str | None = None) -> str:
         digest = hashlib.sha256(data).hexdigest()
         if sha256 is not None and sha256 != digest:
             raise CorruptShardError.at(
@@ -180,6 +180,10 @@ class FsspecStore:
     def put_file(self, key: str, source: Path, *, sha256: str | None = None) -> str:
         digest = sha256 or sha256_file(source)
         return self._upload(key, digest, lambda u: self.fs.put_file(str(source), u, timeout=self._deadline))
+
+    def move(self, source: str, key: str) -> None:
+        self._call("copy", source, lambda u: self.fs.copy(u, self.url(key), timeout=self._deadline))
+        self.remove(source)
 
     def append(self, key: str, data: bytes) -> None:
         """Read the object (if any) and write it again with ``data`` at its end: no object store appends."""
