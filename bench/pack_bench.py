@@ -1,15 +1,21 @@
-"""Pack benchmark: ``shardpipe pack`` per format against ``tar cf`` and webdataset's ``ShardWriter``.
+"""Pack benchmark: ``shardpipe pack`` per format against ``tar cf`` and webdataset's ``ShardWriter``, and
+preparing data while packing (a no-op ``--map``; ``--image-max-side``) against its limits.
 
 The targets (issue 9, section 6), as ratios measured in one run on the same files with ``--workers 2``,
-for 1 KiB and for 64 KiB samples: every format at least 0.5x the throughput of ``tar cf`` (the CLI, its
-start-up included); shardpipe's tar at least 6x ``ShardWriter`` at 1 KiB and 1.5x at 64 KiB, both run as
-processes. Ratios from one interleaved run are what a noisy shared machine can compare honestly: every
-contender runs once per round, the order rotates between rounds, and the median of ``--repeats`` rounds
-is reported with its min-max. Targets are judged on the median of per-round ratios (:func:`paired_ratio`),
-which cancels the machine's drift between rounds, and always like with like (:func:`targets`).
+for 1 KiB (``small``) and for 64 KiB (``large``) samples: every format at least 0.5x the throughput of
+``tar cf`` (the CLI in its default, hashed, order, its start-up included); shardpipe's tar at least 6x
+``ShardWriter`` at 1 KiB and 1.5x at 64 KiB, both run as processes; the same tar pack with a no-op
+``--map`` taking at most 1.15x the time of the pack without it. For photos (``images``: about 500x375
+JPEGs, shrunk to a longest side of 256 at quality 90), shardpipe's CLI at least 0.9x the bare pool and
+1.8x the one-loop ``ShardWriter`` script. Ratios from one interleaved run are what a noisy shared machine
+can compare honestly: every contender runs once per round, the order rotates between rounds, and the
+median of ``--repeats`` rounds is reported with its min-max. Targets are judged on the median of
+per-round ratios (:func:`paired_ratio`), which cancels the machine's drift between rounds, and always
+like with like (:func:`targets`).
 
-* The trees (one ``.bin`` file per sample in ten class folders, seeded random bytes) are built once and
-  reused by fingerprint from ``bench-results/pack-cache/`` (git-ignored).
+* The trees are built once and reused by fingerprint from ``bench-results/pack-cache/`` (git-ignored):
+  for ``small`` and ``large`` one ``.bin`` file per sample in ten class folders, seeded random bytes;
+  for ``images`` an ImageFolder tree of real photos (:mod:`bench.photos`, nothing downloaded).
 * Each tree is read once before timing, so every contender reads it from the page cache: the benchmark
   measures the packers, not the disk. Outputs go to the same file system; ``os.sync()`` runs (untimed)
   before every run so one contender's write-back does not land in the next one's time.
@@ -21,10 +27,17 @@ which cancels the machine's drift between rounds, and always like with like (:fu
   and the import of webdataset included, as a user runs it (the peer of the CLI rows, and of the target);
   and in-process, import excluded (the peer of ``pack()``, shown). Both walk the tree, read each file and
   write it, with ``maxcount`` equal to shardpipe's ``--max-samples``.
+* ``images`` has its own contenders (:func:`image_contenders`), all applying the same function
+  (``ImagePreparation(256, 90).prepare``) and all run as scripts except ``pack()``: the bare pool
+  (:mod:`bench.prep_contenders`, the function plus file writes: the baseline, its processes set up as
+  shardpipe's are so that it is the limit; beside it the same pool in plain processes), the one-loop
+  ``ShardWriter`` script (webdataset's documented shape) and a ``ShardWriter`` fed by a pool. Each
+  output is checked: every photo under its key, decoding with its longest side 256.
 * The CLI's start-up (a 3-file pack) is timed in the same run and reported beside the table.
 
-``python -m bench.pack_bench [--quick] [--out DIR] [--docs PAGE]`` writes ``DIR/report.json`` and
-``DIR/report.md``, and with ``--docs`` its section of ``PAGE`` (``bench.docs_page``).
+``python -m bench.pack_bench [--quick] [--profile small,large,images] [--out DIR] [--docs PAGE]`` writes
+``DIR/report.json`` and ``DIR/report.md``, and with ``--docs`` its section of ``PAGE``
+(``bench.docs_page``).
 """
 
 from __future__ import annotations
@@ -38,7 +51,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import median
@@ -47,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from bench import docs_page
+from bench.prep_contenders import PhotoProfile, build_photo_tree, check_prepared
 from bench.shardwriter_pack import pack_tree
 from bench.system import hardware, versions
 from shardpipe import PackOptions, RayExecutor, pack
@@ -62,19 +76,59 @@ SHARDWRITER = "webdataset ShardWriter (in-process)"
 SHARDWRITER_SCRIPT = "webdataset ShardWriter (script)"
 FORMAT_TARGET = 0.5  # every format's CLI >= 0.5x tar cf
 SHARDWRITER_TARGETS = {"small": 6.0, "large": 1.5}  # shardpipe tar's CLI >= Nx ShardWriter as a script
+MAP_SPEC = "bench.prep_contenders:unchanged"
+MAP_NOOP = "shardpipe tar --map (no-op)"
+MAP_TARGET = 1.15  # the no-op map's pack takes at most 1.15x the time of the same pack without a map
+IMAGE_MAX_SIDE, IMAGE_QUALITY = 256, 90
+PREPARED = f"shardpipe tar --image-max-side {IMAGE_MAX_SIDE}"
+PREPARED_IN_PROCESS = f"{PREPARED} (in-process)"
+BARE_POOL = "bare pool (script)"
+BARE_POOL_PLAIN = "bare pool, plain processes (script)"
+SHARDWRITER_LOOP = "webdataset ShardWriter, one loop (script)"
+SHARDWRITER_POOL = "webdataset ShardWriter fed by a pool (script)"
+IMAGE_TARGETS = {BARE_POOL: 0.9, SHARDWRITER_LOOP: 1.8}  # shardpipe's CLI >= Nx, preparing images
+IMAGE_LAYOUTS = {  # what each images contender writes: bench.prep_contenders.check_prepared reads it
+    PREPARED: "shards",
+    PREPARED_IN_PROCESS: "shards",
+    BARE_POOL: "files",
+    BARE_POOL_PLAIN: "files",
+    SHARDWRITER_LOOP: "tars",
+    SHARDWRITER_POOL: "tars",
+}
+PROFILES = ("small", "large", "images")
 ROOT = Path(__file__).resolve().parents[1]
 RULES = {
-    "data": "one .bin file per sample in ten class folders, seeded random bytes, built once per fingerprint",
+    "data": "small, large: one .bin file per sample in ten class folders, seeded random bytes; images: real"
+    " photos (bench.photos: crops of scikit-learn's two sample photos, about 500x375 JPEG, one in five"
+    " portrait); each tree built once per fingerprint",
     "warm": "each tree is read once before its profile's rounds: the packers are timed, not the disk",
     "sync": "os.sync() runs, untimed, before every run: one run's write-back stays out of the next's time",
     "rounds": "every contender runs once per round, the order rotated between rounds; --repeats rounds",
     "spread": "the median of the rounds is reported, min-max of the rounds as spread",
-    "paired": "median over rounds of (tar cf's time / the contender's time) within the round: drift cancels",
+    "paired": "median over rounds of (the baseline's time / the contender's time) within the round: drift"
+    " cancels; the baseline is tar cf for small and large, the bare pool for images",
     "targets": "judged on paired ratios, processes against processes: each format's CLI (start-up included)"
-    " against tar cf; shardpipe tar's CLI against ShardWriter run as a script",
-    "check": "after every run, untimed: the output holds every sample (manifest counts, or the tar's size)",
-    "durability": "shardpipe fsyncs each shard before publishing it, tar cf and ShardWriter do not; the"
-    " 'tar cf + fsync' row shows what that costs tar",
+    " against tar cf; shardpipe tar's CLI against ShardWriter run as a script; the no-op map's CLI against"
+    " the same CLI pack without a map (a time ratio, at most); preparing images, shardpipe's CLI against"
+    " the bare pool and against the one-loop ShardWriter script",
+    "order": "every shardpipe row packs in its default order (hashed): the target against tar cf is the"
+    " pack a user gets without --order",
+    "map": f"the --map rows run {MAP_SPEC}, which returns each sample unchanged: the cost measured is"
+    " shardpipe's plan with a map (map pieces, stage, then write shards), none of it the function's",
+    "images": f"every images contender runs ImagePreparation({IMAGE_MAX_SIDE}, {IMAGE_QUALITY}).prepare on"
+    " each photo (what --image-max-side/--image-quality run): shardpipe with --workers processes; the bare"
+    " pool, a multiprocessing.Pool(--workers) writing each result as a file, its processes set up as"
+    " shardpipe's pack processes are (glibc keeps freed memory, GC paused, OpenBLAS single-threaded): the"
+    " function plus file I/O, the limit; the same pool with plain processes, as a user writes it (shown);"
+    " the one-loop ShardWriter script, webdataset's documented shape: one process reading, preparing and"
+    " writing in a loop; the pool-fed ShardWriter, a Pool(--workers) preparing the files in order for that"
+    " loop to write; the ShardWriter scripts run plain processes, as users run them; every script's"
+    " start-up (its imports included) is timed",
+    "check": "after every run, untimed: the output holds every sample (manifest counts, or the tar's size);"
+    " for images, every photo under its key, each decoding with its longest side"
+    f" {IMAGE_MAX_SIDE}",
+    "durability": "shardpipe fsyncs each shard before publishing it, tar cf, ShardWriter and the bare pool"
+    " do not; the 'tar cf + fsync' row shows what that costs tar",
     "cpu_s": "median over rounds of the user + system CPU time of this process and its waited-for children",
 }
 
@@ -101,6 +155,19 @@ class Contender:
     name: str
     kind: str  # baseline | cli | in-process | reference
     run: Callable[[Path, Path], None]  # (tree, output folder) -> None; raises on failure
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """What one profile's rounds time: its tree, its size, the contender the others are divided by, and
+    the check every contender's output must pass."""
+
+    profile: str
+    tree: Path
+    num_samples: int
+    payload_bytes: int
+    baseline: str
+    check: Callable[[Contender, Path], None]  # (contender, output folder) -> None; raises when wrong
 
 
 def build_tree(profile: Profile, cache: Path) -> Path:
@@ -151,19 +218,22 @@ def _tar_cf_fsync(tree: Path, out: Path) -> None:
         os.close(fd)
 
 
-def _cli(fmt: str, workers: int, max_samples: int) -> Callable[[Path, Path], None]:
+def _cli(fmt: str, workers: int, max_samples: int, *flags: str) -> Callable[[Path, Path], None]:
+    """``shardpipe pack`` as a user types it, run from the repository root (where ``bench`` imports)."""
+
     def run(tree: Path, out: Path) -> None:
         command = [
             sys.executable, "-m", "shardpipe", "pack", str(tree), str(out / "ds"), "--format", fmt,
             "--workers", str(workers), "--max-bytes", "none", "--max-samples", str(max_samples), "--quiet",
+            *flags,
         ]  # fmt: skip
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
 
     return run
 
 
-def _in_process(fmt: str, workers: int, max_samples: int) -> Callable[[Path, Path], None]:
-    options = PackOptions(format=fmt, max_samples=max_samples, max_bytes=None, workers=workers)
+def _in_process(fmt: str, workers: int, max_samples: int, **extra: Any) -> Callable[[Path, Path], None]:
+    options = PackOptions(format=fmt, max_samples=max_samples, max_bytes=None, workers=workers, **extra)
 
     def run(tree: Path, out: Path) -> None:
         pack(tree, out / "ds", options, quiet=True)
@@ -198,12 +268,17 @@ def _shardwriter(max_samples: int) -> Callable[[Path, Path], None]:
     return run
 
 
-def _shardwriter_script(max_samples: int) -> Callable[[Path, Path], None]:
+def _script(module: str, *args: str) -> Callable[[Path, Path], None]:
+    """``python -m module TREE OUT *args`` in its own process, from the repository root."""
+
     def run(tree: Path, out: Path) -> None:
-        command = [sys.executable, "-m", "bench.shardwriter_pack", str(tree), str(out), str(max_samples)]
-        subprocess.run(command, check=True, cwd=ROOT)
+        subprocess.run([sys.executable, "-m", module, str(tree), str(out), *args], check=True, cwd=ROOT)
 
     return run
+
+
+def _shardwriter_script(max_samples: int, *flags: str) -> Callable[[Path, Path], None]:
+    return _script("bench.shardwriter_pack", str(max_samples), *flags)
 
 
 def contenders(workers: int, max_samples: int, engine: str = "local") -> list[Contender]:
@@ -213,11 +288,31 @@ def contenders(workers: int, max_samples: int, engine: str = "local") -> list[Co
         Contender(f"shardpipe {f} (in-process)", "in-process", _in_process(f, workers, max_samples))
         for f in FORMATS
     ]
+    found.append(Contender(MAP_NOOP, "cli", _cli("tar", workers, max_samples, "--map", MAP_SPEC)))
     found.append(Contender(SHARDWRITER, "reference", _shardwriter(max_samples)))
     found.append(Contender(SHARDWRITER_SCRIPT, "reference", _shardwriter_script(max_samples)))
     if engine == "ray":
         found.append(Contender(RAY, "in-process", _on_ray(workers, max_samples)))
     return found
+
+
+def image_contenders(workers: int, max_samples: int, photos: PhotoProfile) -> list[Contender]:
+    """The images profile: every contender prepares every photo with the same function, ``workers``
+    processes wide except the one-loop ShardWriter script (one process, as webdataset's docs show it)."""
+    side, quality = str(photos.max_side), str(photos.quality)
+    prepare = ("--max-side", side, "--quality", quality)
+    flags = ("--image-max-side", side, "--image-quality", quality)
+    options = {"image_max_side": photos.max_side, "image_quality": photos.quality}
+    pool = ("--pool", str(workers))
+    bare = (*prepare, "--workers", str(workers))
+    return [
+        Contender(BARE_POOL, "baseline", _script("bench.prep_contenders", *bare, "--pack-settings")),
+        Contender(BARE_POOL_PLAIN, "reference", _script("bench.prep_contenders", *bare)),
+        Contender(PREPARED, "cli", _cli("tar", workers, max_samples, *flags)),
+        Contender(PREPARED_IN_PROCESS, "in-process", _in_process("tar", workers, max_samples, **options)),
+        Contender(SHARDWRITER_LOOP, "reference", _shardwriter_script(max_samples, *prepare)),
+        Contender(SHARDWRITER_POOL, "reference", _shardwriter_script(max_samples, *prepare, *pool)),
+    ]
 
 
 def check_output(contender: Contender, out: Path, profile: Profile) -> None:
@@ -242,10 +337,27 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def byte_workload(profile: Profile, tree: Path) -> Workload:
+    return Workload(profile.name, tree, profile.num_samples, profile.payload_bytes, TAR,
+                    lambda contender, out: check_output(contender, out, profile))  # fmt: skip
+
+
+def image_workload(photos: PhotoProfile, tree: Path, payload_bytes: int) -> Workload:
+    def check(contender: Contender, out: Path) -> None:
+        try:
+            check_prepared(IMAGE_LAYOUTS[contender.name], out, tree, photos)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{contender.name} on {photos.name}: {exc}") from exc
+
+    return Workload(photos.name, tree, photos.num_samples, payload_bytes, BARE_POOL, check)
+
+
 def time_profile(
-    profile: Profile, tree: Path, work: Path, entries: list[Contender], repeats: int, log: bool
+    workload: Workload, work: Path, entries: Sequence[Contender], repeats: int, log: bool
 ) -> list[dict[str, Any]]:
     """Run every contender once per round, rotating the order; return one result row per contender."""
+    entries = list(entries)
+    name, num_samples, payload = workload.profile, workload.num_samples, workload.payload_bytes
     seconds: dict[str, list[float]] = {c.name: [] for c in entries}
     cpu: dict[str, list[float]] = {c.name: [] for c in entries}
     for round_index in range(repeats):
@@ -256,13 +368,13 @@ def time_profile(
             out.mkdir(parents=True)
             os.sync()
             cpu_before, start = _cpu_seconds(), time.perf_counter()
-            contender.run(tree, out)
+            contender.run(workload.tree, out)
             elapsed = time.perf_counter() - start
             cpu[contender.name].append(_cpu_seconds() - cpu_before)
             seconds[contender.name].append(elapsed)
-            check_output(contender, out, profile)
+            workload.check(contender, out)
             if log:
-                print(f"  {profile.name} round {round_index + 1}: {contender.name:32s} {elapsed:7.3f} s")
+                print(f"  {name} round {round_index + 1}: {contender.name:45s} {elapsed:7.3f} s")
     shutil.rmtree(work / "out", ignore_errors=True)
     rows: list[dict[str, Any]] = []
     for contender in entries:
@@ -270,25 +382,26 @@ def time_profile(
         mid = median(times)
         rows.append(
             {
-                "profile": profile.name,
+                "profile": name,
                 "contender": contender.name,
                 "kind": contender.kind,
-                "samples": profile.num_samples,
-                "payload_bytes": profile.payload_bytes,
+                "samples": num_samples,
+                "payload_bytes": payload,
                 "seconds": times,
                 "median_s": mid,
                 "min_s": min(times),
                 "max_s": max(times),
                 "cpu_s": median(cpu[contender.name]),
-                "samples_per_s": profile.num_samples / mid,
-                "samples_per_s_range": [profile.num_samples / max(times), profile.num_samples / min(times)],
-                "mb_per_s": profile.payload_bytes / 1e6 / mid,
+                "samples_per_s": num_samples / mid,
+                "samples_per_s_range": [num_samples / max(times), num_samples / min(times)],
+                "mb_per_s": payload / 1e6 / mid,
             }
         )
-    tar_rate = next(r["samples_per_s"] for r in rows if r["contender"] == TAR)
+    base_rate = next(r["samples_per_s"] for r in rows if r["contender"] == workload.baseline)
     for row in rows:
-        row["ratio_to_tar"] = row["samples_per_s"] / tar_rate
-        row["paired_ratio_to_tar"] = paired_ratio(seconds[TAR], row["seconds"])
+        row["baseline"] = workload.baseline
+        row["ratio_to_baseline"] = row["samples_per_s"] / base_rate
+        row["paired_ratio_to_baseline"] = paired_ratio(seconds[workload.baseline], row["seconds"])
     return rows
 
 
@@ -302,8 +415,10 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The issue's targets per profile, judged by paired ratios of processes against processes.
 
     Formats against ``tar cf``: the CLI rows (start-up included, as ``tar cf``'s is). shardpipe's tar
-    against ShardWriter: the CLI against ShardWriter run as a script. A target whose contenders did not
-    run (``--only``) is left out.
+    against ShardWriter: the CLI against ShardWriter run as a script. The no-op map: its CLI pack's time
+    over the same CLI pack's without a map, at most. Preparing images: shardpipe's CLI against the bare
+    pool and against the one-loop ShardWriter script. A target whose contenders did not run (``--only``,
+    ``--profile``) is left out.
     """
     found = []
     for profile in dict.fromkeys(r["profile"] for r in rows):
@@ -322,6 +437,14 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             value = paired_ratio(times[SHARDWRITER_SCRIPT], times["shardpipe tar"])
             name = f"shardpipe tar >= {threshold:g}x {SHARDWRITER_SCRIPT}"
             found.append(_target(profile, name, value, threshold))
+        if {MAP_NOOP, "shardpipe tar"} <= times.keys():
+            value = paired_ratio(times[MAP_NOOP], times["shardpipe tar"])  # the map's time / no map's
+            name = f"{MAP_NOOP}: time <= {MAP_TARGET:g}x shardpipe tar (no map)"
+            found.append(_target(profile, name, value, MAP_TARGET, at_most=True))
+        for baseline, threshold in IMAGE_TARGETS.items():
+            if {PREPARED, baseline} <= times.keys():
+                value = paired_ratio(times[baseline], times[PREPARED])
+                found.append(_target(profile, f"{PREPARED} >= {threshold:g}x {baseline}", value, threshold))
     return found
 
 
@@ -346,13 +469,15 @@ def cli_startup(workers: int, work: Path, repeats: int = 5) -> float:
     return median(seconds)
 
 
-def _target(profile: str, name: str, value: float, threshold: float) -> dict[str, Any]:
+def _target(profile: str, name: str, value: float, threshold: float, at_most: bool = False) -> dict[str, Any]:
+    """A target judged: a throughput ratio at least ``threshold``, or (``at_most``) a time ratio at most."""
     return {
         "profile": profile,
         "target": name,
         "value": value,
         "threshold": threshold,
-        "met": value >= threshold,
+        "rule": "<=" if at_most else ">=",
+        "met": value <= threshold if at_most else value >= threshold,
     }
 
 
@@ -370,8 +495,9 @@ def render(report: dict[str, Any]) -> str:
         f"{report['machine']['cpu']}, {report['machine']['cores_usable']} usable cores; "
         f"--workers {p['workers']}, --max-bytes none, --max-samples per profile below; "
         f"{p['repeats']} interleaved round(s), median (min-max); trees read once before timing (warm cache). "
-        "'x tar cf' divides medians; 'paired' is the median of per-round ratios (each round runs every "
-        "contender back to back), which the targets use.",
+        "'x' divides medians by the baseline's (tar cf for the byte profiles, the bare pool for images); "
+        "'paired' is the median of per-round ratios to it (each round runs every contender back to back), "
+        "which the targets use.",
         "",
         *tables(report),
     ]
@@ -379,20 +505,28 @@ def render(report: dict[str, Any]) -> str:
 
 
 def tables(report: dict[str, Any]) -> list[str]:
-    """The results table, the targets judged, the CLI's start-up and the profiles, as Markdown lines."""
+    """The results tables (one per baseline), the targets judged, the CLI's start-up and the profiles, as
+    Markdown lines."""
     p = report["parameters"]
-    lines = [
-        "| profile | contender | samples/s | MB/s | x tar cf | paired | seconds: median (min-max) | CPU s |",
-        "|---|---|---:|---:|---:|---:|---|---:|",
-    ]
-    for r in report["results"]:
-        lo, hi = r["samples_per_s_range"]
-        lines.append(
-            f"| {r['profile']} | {r['contender']} | {r['samples_per_s']:,.0f} ({lo:,.0f}-{hi:,.0f}) "
-            f"| {r['mb_per_s']:,.1f} | {r['ratio_to_tar']:.2f} | {r['paired_ratio_to_tar']:.2f} "
-            f"| {r['median_s']:.3f} ({r['min_s']:.3f}-{r['max_s']:.3f}) | {r['cpu_s']:.2f} |"
-        )
-    lines += ["", "| profile | target (paired ratio) | measured | |", "|---|---|---:|---|"]
+    lines: list[str] = []
+    for baseline in dict.fromkeys(r["baseline"] for r in report["results"]):
+        lines += [
+            f"| profile | contender | samples/s | MB/s | x {baseline} | paired | seconds: median (min-max) "
+            "| CPU s |",
+            "|---|---|---:|---:|---:|---:|---|---:|",
+        ]
+        for r in report["results"]:
+            if r["baseline"] != baseline:
+                continue
+            lo, hi = r["samples_per_s_range"]
+            lines.append(
+                f"| {r['profile']} | {r['contender']} | {r['samples_per_s']:,.0f} ({lo:,.0f}-{hi:,.0f}) "
+                f"| {r['mb_per_s']:,.1f} | {r['ratio_to_baseline']:.2f} "
+                f"| {r['paired_ratio_to_baseline']:.2f} "
+                f"| {r['median_s']:.3f} ({r['min_s']:.3f}-{r['max_s']:.3f}) | {r['cpu_s']:.2f} |"
+            )
+        lines.append("")
+    lines += ["| profile | target (paired ratio) | measured | |", "|---|---|---:|---|"]
     for t in report["targets"]:
         lines.append(
             f"| {t['profile']} | {t['target']} | {t['value']:.2f}x | {'met' if t['met'] else 'MISSED'} |"
@@ -403,24 +537,73 @@ def tables(report: dict[str, Any]) -> list[str]:
     ]
     lines += ["", "Profiles:"]
     for name, prof in p["profiles"].items():
-        lines.append(
-            f"- {name}: {prof['num_samples']:,} files of {prof['sample_bytes']:,} bytes, "
-            f"--max-samples {prof['max_samples']:,} ({prof['shards']} shards)"
-        )
+        shards = f"--max-samples {prof['max_samples']:,} ({prof['shards']} shards)"
+        if "sample_bytes" in prof:
+            lines.append(
+                f"- {name}: {prof['num_samples']:,} files of {prof['sample_bytes']:,} bytes, {shards}"
+            )
+        else:
+            width, height = prof["size"]
+            lines.append(
+                f"- {name}: {prof['num_samples']:,} JPEG photos of {width}x{height} (one in five portrait), "
+                f"{prof['payload_bytes'] / 2**20:,.1f} MiB, prepared to a longest side of {prof['max_side']} "
+                f"at quality {prof['quality']}, {shards}"
+            )
     return lines
+
+
+def _profile_names(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    unknown = [name for name in names if name not in PROFILES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"expected profile names of {', '.join(PROFILES)}, comma-separated; got {text!r}"
+        )
+    return names
+
+
+def _set_up(
+    name: str, num_samples: int, max_samples: int, args: argparse.Namespace
+) -> tuple[Workload, list[Contender], dict[str, Any]]:
+    """A profile's tree (built or reused, then read once), its contenders and what the report records."""
+    if name == "images":
+        photos = PhotoProfile(name, num_samples, max_side=IMAGE_MAX_SIDE, quality=IMAGE_QUALITY)
+        tree = build_photo_tree(photos, args.cache)
+        files, total = warm(tree)
+        if files != num_samples:
+            raise RuntimeError(f"{tree}: {files} photos, expected {num_samples}; remove it to rebuild it")
+        entries = image_contenders(args.workers, max_samples, photos)
+        return image_workload(photos, tree, total), entries, {**asdict(photos), "payload_bytes": total}
+    profile = Profile(name, num_samples, 1024 if name == "small" else 64 * 1024)
+    tree = build_tree(profile, args.cache)
+    files, total = warm(tree)
+    assert (files, total) == (profile.num_samples, profile.payload_bytes), (files, total)
+    entries = contenders(args.workers, max_samples, args.engine)
+    return byte_workload(profile, tree), entries, asdict(profile)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.pack_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--small", type=int, default=60_000, help="number of 1 KiB files")
     parser.add_argument("--large", type=int, default=8_000, help="number of 64 KiB files")
+    parser.add_argument("--images", type=int, default=2_000, help="number of photos (about 500x375 JPEG)")
+    parser.add_argument(
+        "--profile",
+        type=_profile_names,
+        default=PROFILES,
+        help=f"comma-separated profiles to run, of {', '.join(PROFILES)} (default: all)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--shards", type=int, default=8, help="shards per profile (sets --max-samples)")
-    parser.add_argument("--quick", action="store_true", help="3,000 + 300 files, 1 round: a smoke test")
+    parser.add_argument(
+        "--quick", action="store_true", help="3,000 + 300 files and 200 photos, 1 round: a smoke test"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "pack")
     parser.add_argument("--cache", type=Path, default=ROOT / "bench-results" / "pack-cache")
-    parser.add_argument("--only", help="comma-separated contender names to run (tar cf always runs)")
+    parser.add_argument(
+        "--only", help="comma-separated contender names to run (each profile's baseline always runs)"
+    )
     parser.add_argument(
         "--docs",
         type=Path,
@@ -434,9 +617,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.small, args.large, args.repeats = 3_000, 300, 1
-    profiles = [Profile("small", args.small, 1024), Profile("large", args.large, 64 * 1024)]
-    profiles = [p for p in profiles if p.num_samples > 0]
+        args.small, args.large, args.images, args.repeats = 3_000, 300, 200, 1
+    args.out, args.cache = args.out.resolve(), args.cache.resolve()  # the contenders run from ROOT
+    sizes = {"small": args.small, "large": args.large, "images": args.images}
+    selected = [name for name in args.profile if sizes[name] > 0]
 
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
@@ -448,26 +632,24 @@ def main(argv: list[str] | None = None) -> int:
         "profiles": {},
     }
     work = args.cache / "work"
-    for profile in profiles:
-        max_samples = -(-profile.num_samples // args.shards)
-        tree = build_tree(profile, args.cache)
-        files, total = warm(tree)
-        assert (files, total) == (profile.num_samples, profile.payload_bytes), (files, total)
-        entries = contenders(args.workers, max_samples, args.engine)
+    for name in selected:
+        max_samples = -(-sizes[name] // args.shards)
+        workload, entries, record = _set_up(name, sizes[name], max_samples, args)
         if args.only:
-            wanted = {TAR, *(name.strip() for name in args.only.split(","))}
+            wanted = {workload.baseline, *(name.strip() for name in args.only.split(","))}
             entries = [c for c in entries if c.name in wanted]
-        params["profiles"][profile.name] = {
-            **asdict(profile),
+        params["profiles"][name] = {
+            **record,
             "max_samples": max_samples,
-            "shards": -(-profile.num_samples // max_samples),
-            "tree": str(tree),
+            "shards": -(-workload.num_samples // max_samples),
+            "tree": str(workload.tree),
         }
         print(
-            f"{profile.name}: {profile.num_samples:,} x {profile.sample_bytes:,} B, {args.repeats} round(s)"
+            f"{name}: {workload.num_samples:,} files, {workload.payload_bytes / 2**20:,.1f} MiB, "
+            f"{args.repeats} round(s)"
         )
         try:
-            rows += time_profile(profile, tree, work, entries, args.repeats, log=not args.quick)
+            rows += time_profile(workload, work, entries, args.repeats, log=not args.quick)
         finally:
             for engine in ENGINES:
                 engine.shutdown()

@@ -1,31 +1,44 @@
-"""The pack benchmark: the quick run end to end (every contender, both profiles), and, on a fake clock,
-that rounds, paired ratios and targets come out of the times as the issue defines them."""
+"""The pack benchmark: the quick run end to end (every contender, every profile), and, on a fake clock,
+that rounds, paired ratios and targets come out of the times as the issue defines them; the image
+profile's output check refuses what a wrong preparer would leave."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 
 import bench.pack_bench as pack_bench
 from bench.docs_page import read_section
 from bench.pack_bench import (
+    BARE_POOL,
+    BARE_POOL_PLAIN,
     FORMATS,
+    MAP_NOOP,
+    PREPARED,
+    PREPARED_IN_PROCESS,
     SHARDWRITER,
+    SHARDWRITER_LOOP,
+    SHARDWRITER_POOL,
     SHARDWRITER_SCRIPT,
     TAR,
     TAR_FSYNC,
     Contender,
     Profile,
+    byte_workload,
     check_output,
     paired_ratio,
     targets,
     time_profile,
 )
+from bench.prep_contenders import PhotoProfile, check_prepared
 
 pytestmark = pytest.mark.bench
 
@@ -35,9 +48,25 @@ CONTENDERS = {
     TAR_FSYNC,
     SHARDWRITER,
     SHARDWRITER_SCRIPT,
+    MAP_NOOP,
     *(f"shardpipe {f}" for f in FORMATS),
     *(f"shardpipe {f} (in-process)" for f in FORMATS),
 }
+IMAGE_CONTENDERS = {
+    BARE_POOL,
+    BARE_POOL_PLAIN,
+    PREPARED,
+    PREPARED_IN_PROCESS,
+    SHARDWRITER_LOOP,
+    SHARDWRITER_POOL,
+}
+MAP_TARGET = f"{MAP_NOOP}: time <= 1.15x shardpipe tar (no map)"
+IMAGE_TARGETS = {f"{PREPARED} >= 0.9x {BARE_POOL}", f"{PREPARED} >= 1.8x {SHARDWRITER_LOOP}"}
+
+
+def _judged(target: dict[str, Any]) -> bool:
+    at_most = target["rule"] == "<="
+    return bool(target["value"] <= target["threshold"] if at_most else target["value"] >= target["threshold"])
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +75,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str
     out = base / "out"
     command = [sys.executable, "-m", "bench.pack_bench", "--quick", "--out", str(out), "--cache", str(base)]
     command += ["--docs", str(out / "docs" / "benchmarks.md")]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     return json.loads((out / "report.json").read_text()), done.stdout, out
 
@@ -59,6 +88,9 @@ def test_docs_section_holds_the_settings_rules_and_tables(quick: tuple[dict[str,
     assert (
         "| --small | 3000 |" in section and "| --workers | 2 |" in section and "| profile small | " in section
     )
+    assert "| --images | 200 |" in section and "| profile images | " in section
+    assert "| --profile | small,large,images |" in section and "- **images**: " in section
+    assert f"| profile | contender | samples/s | MB/s | x {BARE_POOL} | paired |" in section
     assert f"tar {report['versions']['tar']}" in section
     assert "- **paired**: " in section and "- **spread**: " in section
     for row in report["results"]:
@@ -74,14 +106,25 @@ def test_quick_run_times_every_contender_and_judges_every_target(
     report, stdout, out = quick
     for profile in ("small", "large"):
         assert {r["contender"] for r in report["results"] if r["profile"] == profile} == CONTENDERS
-    names = [t["target"] for t in report["targets"]]
-    assert len(names) == 2 * (len(FORMATS) + 1)
-    assert "shardpipe tar >= 6x webdataset ShardWriter (script)" in names
-    assert "shardpipe tar >= 1.5x webdataset ShardWriter (script)" in names
-    assert all(t["met"] == (t["value"] >= t["threshold"]) for t in report["targets"])
+        assert {r["baseline"] for r in report["results"] if r["profile"] == profile} == {TAR}
+    assert {r["contender"] for r in report["results"] if r["profile"] == "images"} == IMAGE_CONTENDERS
+    assert {r["baseline"] for r in report["results"] if r["profile"] == "images"} == {BARE_POOL}
+    names = {(t["profile"], t["target"]) for t in report["targets"]}
+    assert len(names) == len(report["targets"]) == 2 * (len(FORMATS) + 2) + len(IMAGE_TARGETS)
+    assert ("small", "shardpipe tar >= 6x webdataset ShardWriter (script)") in names
+    assert ("large", "shardpipe tar >= 1.5x webdataset ShardWriter (script)") in names
+    for profile in ("small", "large"):  # the pack without a map, in its default order, against tar cf
+        assert {(profile, "shardpipe tar >= 0.5x tar cf"), (profile, MAP_TARGET)} <= names
+    assert {("images", name) for name in IMAGE_TARGETS} <= names
+    assert all(t["met"] == _judged(t) for t in report["targets"])
+    assert {t["rule"] for t in report["targets"] if t["target"] == MAP_TARGET} == {"<="}
     text = (out / "report.md").read_text()
     assert text.startswith("# shardpipe pack benchmark") and "ceiling" not in text
-    assert all(name in stdout for name in CONTENDERS)
+    for target in report["targets"]:
+        assert f"| {target['profile']} | {target['target']} | " in text
+    assert all(name in stdout for name in CONTENDERS | IMAGE_CONTENDERS)
+    images = report["parameters"]["profiles"]["images"]
+    assert images["num_samples"] == 200 and images["max_side"] == 256 and images["quality"] == 90
     assert report["costs"]["cli_startup_s"] > 0 and report["parameters"]["repeats"] == 1
 
 
@@ -120,24 +163,58 @@ def test_rounds_paired_ratios_and_targets_on_a_fake_clock(
         TAR: [1.0, 2.0, 1.0],  # the machine slows down in round 2: paired ratios cancel it
         "shardpipe tar": [2.0, 4.0, 2.0],
         "shardpipe lmdb": [2.5, 5.0, 1.5],
+        MAP_NOOP: [2.4, 4.4, 2.2],  # per round 1.2, 1.1, 1.1 the time of the pack without a map
         SHARDWRITER_SCRIPT: [13.0, 20.0, 11.0],
     }
     entries = [_fake(name, clock, times, profile) for name, times in seconds.items()]
-    rows = time_profile(profile, tmp_path, tmp_path / "work", entries, repeats=3, log=False)
+    workload = byte_workload(profile, tmp_path)
+    rows = time_profile(workload, tmp_path / "work", entries, repeats=3, log=False)
     by_name = {r["contender"]: r for r in rows}
     assert by_name["shardpipe lmdb"]["seconds"] == [2.5, 5.0, 1.5]  # rotation kept each one's own times
-    assert by_name["shardpipe tar"]["paired_ratio_to_tar"] == pytest.approx(0.5)
-    assert by_name["shardpipe tar"]["median_s"] == 2.0
+    assert by_name["shardpipe tar"]["paired_ratio_to_baseline"] == pytest.approx(0.5)
+    assert by_name["shardpipe tar"]["median_s"] == 2.0 and by_name["shardpipe tar"]["baseline"] == TAR
     found = {t["target"]: (t["value"], t["met"]) for t in targets(rows)}
     assert found == {
         "shardpipe tar >= 0.5x tar cf": (pytest.approx(0.5), True),
         "shardpipe lmdb >= 0.5x tar cf": (pytest.approx(0.4), False),  # median of 0.4, 0.4, 0.667
         "shardpipe tar >= 6x webdataset ShardWriter (script)": (pytest.approx(5.5), False),
+        MAP_TARGET: (pytest.approx(1.1), True),  # a time ratio, judged at most
     }
     large = [{**r, "profile": "large"} for r in rows]
     assert {t["target"]: t["met"] for t in targets(large)}[
         "shardpipe tar >= 1.5x webdataset ShardWriter (script)"
     ]
+    slower = [
+        {**r, "seconds": [t * 1.2 for t in r["seconds"]]} if r["contender"] == MAP_NOOP else r for r in rows
+    ]
+    assert {t["target"]: t["met"] for t in targets(slower)}[MAP_TARGET] is False  # 1.32x: too slow
+
+
+def test_image_targets_divide_by_the_bare_pool_on_a_fake_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(pack_bench.time, "perf_counter", clock.perf_counter)
+    monkeypatch.setattr(pack_bench.os, "sync", lambda: None)
+    profile = Profile("images", 10, 100)
+    seconds = {
+        BARE_POOL: [1.0, 2.0, 1.0],
+        PREPARED: [1.2, 2.0, 1.0],  # paired 0.83, 1.0, 1.0 of the bare pool
+        SHARDWRITER_LOOP: [2.0, 3.0, 1.5],  # shardpipe's paired ratio to it: 1.67, 1.5, 1.5
+    }
+    checked: list[str] = []
+    entries = [_fake(name, clock, times, profile) for name, times in seconds.items()]
+    workload = pack_bench.Workload(
+        "images", tmp_path, 10, 1000, BARE_POOL, lambda c, out: checked.append(c.name)
+    )
+    rows = time_profile(workload, tmp_path / "work", entries, repeats=3, log=False)
+    assert sorted(checked) == sorted(3 * list(seconds))  # every run's output checked
+    assert {r["baseline"] for r in rows} == {BARE_POOL}
+    found = {t["target"]: (t["value"], t["met"]) for t in targets(rows)}
+    assert found == {
+        f"{PREPARED} >= 0.9x {BARE_POOL}": (pytest.approx(1.0), True),
+        f"{PREPARED} >= 1.8x {SHARDWRITER_LOOP}": (pytest.approx(1.5), False),
+    }
 
 
 def test_paired_ratio_is_the_median_of_per_round_ratios() -> None:
@@ -157,3 +234,71 @@ def test_check_output_refuses_a_packer_that_dropped_samples(tmp_path: Path) -> N
     (tmp_path / "all.tar").write_bytes(bytes(100))
     with pytest.raises(RuntimeError, match="100 bytes of tar"):
         check_output(Contender(TAR, "baseline", lambda tree, out: None), tmp_path, profile)
+
+
+def _photo_tree(root: Path) -> tuple[PhotoProfile, dict[str, bytes]]:
+    """Ten small photos as a tree, and what the preparation makes of each, by relative path."""
+    from bench.photos import photo_bytes
+    from shardpipe.packing.images import ImagePreparation
+
+    profile = PhotoProfile("images", 10, size=(64, 48), max_side=32)
+    prepared = {}
+    for index, data in enumerate(photo_bytes(10, size=profile.size, num_workers=0)):
+        rel = f"class_{index % 5:02d}/{index:06d}.jpg"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+        prepared[rel] = ImagePreparation(profile.max_side, profile.quality).prepare(data)
+    return profile, prepared
+
+
+def _write_tar(path: Path, members: dict[str, bytes]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+
+
+def test_check_prepared_refuses_missing_unprepared_or_damaged_images(tmp_path: Path) -> None:
+    tree, out = tmp_path / "tree", tmp_path / "out"
+    profile, prepared = _photo_tree(tree)
+    for rel, data in prepared.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(data)
+    check_prepared("files", out, tree, profile)
+    first = next(iter(prepared))
+    (out / first).write_bytes((tree / first).read_bytes())  # as it came: not shrunk
+    with pytest.raises(RuntimeError, match="longest side 64, expected 32"):
+        check_prepared("files", out, tree, profile)
+    (out / first).write_bytes(prepared[first][: len(prepared[first]) // 2])  # truncated
+    with pytest.raises(OSError):
+        check_prepared("files", out, tree, profile)
+    (out / first).unlink()
+    with pytest.raises(RuntimeError, match="expected 10 images, found 9"):
+        check_prepared("files", out, tree, profile)
+
+    _write_tar(tmp_path / "tars" / "shard-000000.tar", prepared)
+    check_prepared("tars", tmp_path / "tars", tree, profile)
+    shards = tmp_path / "shards"
+    _write_tar(shards / "ds" / "train" / "shard-000000.tar", prepared)
+    manifest = {"splits": {"train": {"shards": [{"samples": 9}]}}}
+    (shards / "ds" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(RuntimeError, match="the manifest counts 9 samples, expected 10"):
+        check_prepared("shards", shards, tree, profile)
+    assert Image.open(io.BytesIO(prepared[first])).size == (32, 24)
+
+
+def test_profile_option_runs_only_the_images_profile(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "bench.pack_bench", "--profile", "images", "--images", "20"]
+    command += ["--repeats", "1", "--out", str(out), "--cache", str(tmp_path)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    report = json.loads((out / "report.json").read_text())
+    assert {r["profile"] for r in report["results"]} == {"images"}
+    assert {r["contender"] for r in report["results"]} == IMAGE_CONTENDERS
+    assert {t["target"] for t in report["targets"]} == IMAGE_TARGETS
+    with pytest.raises(SystemExit) as exit_info:
+        pack_bench.main(["--profile", "small,photos"])
+    assert exit_info.value.code == 2
