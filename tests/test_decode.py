@@ -54,3 +54,14 @@ def test_mappings_name_fields_and_decoders() -> None:
         resolve_decoders({"jpg": "jpg"}, ("txt",))
     with pytest.raises(ValueError, match="decode must be None, 'auto' or a mapping"):
         resolve_decoders("everything", ("txt",))
+
+
+def test_an_int_column_parses_like_int_on_every_item() -> None:
+    from loaders import RaggedBytes
+    from loaders.reading.decode import int_column
+
+    for items in ([b"3", b"0", b"9"], [b"007", b"120", b"999"], [b"12", b"1", b"-3", b" 4\n"], [b"5"], []):
+        got = int_column(RaggedBytes.from_list(items))
+        assert got.dtype == torch.int64 and got.tolist() == [int(item) for item in items]
+    with pytest.raises(ValueError):
+        int_column(RaggedBytes.from_list([b"1", b"x"]))

@@ -99,15 +99,19 @@ def decode_image(data: bytes) -> torch.Tensor:
 
 
 def int_column(column: RaggedBytes) -> torch.Tensor:
-    """Decimal integers, one per item, as one int64 tensor: items of one length (a label column's usual
+    """Decimal integers, one per item, as one int64 tensor: items of one width (a label column's usual
     shape) are parsed as one array of digits, others one by one."""
-    lengths = np.diff(column.offsets)
-    if len(lengths) and 0 < lengths[0] <= 18 and (lengths == lengths[0]).all():
-        width, start = int(lengths[0]), int(column.offsets[0])
-        raw = np.frombuffer(column.buffer, np.uint8, len(lengths) * width, start).reshape(-1, width)
-        digits = raw.astype(np.int64) - ord("0")
-        if ((digits >= 0) & (digits <= 9)).all():
-            return torch.from_numpy(digits @ (10 ** np.arange(width - 1, -1, -1, dtype=np.int64)))
+    count, start = len(column), int(column.offsets[0])
+    total = int(column.offsets[-1]) - start
+    width = total // count if count else 0
+    if 0 < width <= 18 and width * count == total:
+        raw = np.frombuffer(column.buffer, np.uint8, total, start)
+        if raw.min() >= 48 and raw.max() <= 57 and (width == 1 or (np.diff(column.offsets) == width).all()):
+            digits = raw.reshape(count, width).astype(np.int64) - 48  # "0" is 48
+            values = (
+                digits[:, 0] if width == 1 else digits @ (10 ** np.arange(width - 1, -1, -1, dtype=np.int64))
+            )
+            return torch.from_numpy(values)
     return torch.tensor([int(item) for item in column], dtype=torch.int64)
 
 
