@@ -3,7 +3,10 @@
 For each profile (and cache state), every contender runs ``--repeats`` times, interleaved (repeat r of
 every contender before repeat r + 1 of any, the order rotated each repeat) so drift on a noisy machine hits
 all contenders alike. See ``bench.run`` for the warm-up and measurement rules, ``bench.report`` for output,
-and ``bench.docs_page`` for the section of ``docs/benchmarks.md`` that ``--docs`` writes.
+``bench.targets`` for the targets judged, and ``bench.docs_page`` for the section of ``docs/benchmarks.md``
+that ``--docs`` writes (one per kind of run: ``bench-io``, ``bench-io-images``, ``bench-io-remote``,
+``bench-io-cold``). ``--profile images`` and ``--data PACK`` measure image input instead
+(``bench.image_bench``).
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from typing import Any
 
 import torch
 
-from bench import contenders, data, docs_page, remote_io, report, system
+from bench import contenders, data, docs_page, image_bench, image_report, remote_io, report, system
+from bench import targets as targets_module
 from bench.compute import BusyStep, make_step
+from bench.image_contenders import DATA_NAMES, IMAGE_NAMES
 from bench.remote import loopback_s3, upload_dataset
 from bench.run import run_once, summarize
 
@@ -30,7 +35,15 @@ QUICK_WINDOWS = {"small": (3, 30), "large": (2, 8)}
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
-    p.add_argument("--profile", choices=["small", "large", "both"], default="both")
+    p.add_argument(
+        "--profile", choices=["small", "large", "both", "images"], default="both",
+        help="images: the image profiles (images: ImageNet-size photos, images-large: camera-size photos)",
+    )  # fmt: skip
+    p.add_argument(
+        "--data", type=Path, metavar="PACK",
+        help="your own pack (a shardpipe dataset folder): the image measurement on it, and a verdict",
+    )  # fmt: skip
+    p.add_argument("--field", default="jpg", help="--data: the image field (default jpg)")
     p.add_argument("--quick", action="store_true", help="small data, short windows, 1 repeat (< 1 min)")
     p.add_argument("--compute-ms", type=float, default=0.0, help="CPU compute step per batch; 0 = pure read")
     p.add_argument("--batch-size", type=int, default=64)
@@ -42,8 +55,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cold", action="store_true", help="also run with the files evicted from the page cache")
     p.add_argument(
         "--contenders",
-        default=",".join(contenders.NAMES),
-        help="comma-separated subset, or variants: " + ", ".join(contenders.VARIANTS),
+        help="comma-separated subset (default: every contender of the kind of run), or variants: "
+        + ", ".join(contenders.VARIANTS),
     )
     p.add_argument(
         "--checks", action="store_true", help="add shardpipe-*-nocheck contenders: the price of the checks"
@@ -68,7 +81,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--cache", type=Path, help="data cache, reused by fingerprint (default bench-results/cache)"
     )
     args = p.parse_args(argv)
-    names = [n for n in args.contenders.split(",") if n]
+    images = args.profile == "images" or args.data is not None
+    if images:
+        _check_images(p, args)
+        return _resolved(args)
+    names = [n for n in (args.contenders or ",".join(contenders.NAMES)).split(",") if n]
     if args.checks:
         names += [n for n in contenders.CHECK_OFF if n not in names]
     if args.remote:
@@ -79,6 +96,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = sorted(set(names) - set(contenders.BUILDERS))
     if unknown:
         p.error(f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(contenders.BUILDERS)}")
+    args.contenders = names
+    _check_numbers(p, args)
+    return _resolved(args)
+
+
+def _check_numbers(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for flag in ("batch_size", "repeats", "steps"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
@@ -86,7 +109,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--workers and --warmup must be >= 0")
     if not 0 <= args.threshold <= 1:
         p.error(f"--threshold must be in [0, 1], got {args.threshold}")
+
+
+def _check_images(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The image runs' arguments: their own contenders, none of the byte profiles' modes."""
+    for flag in ("remote", "cold", "checks"):
+        if getattr(args, flag):
+            p.error(f"--{flag} measures the byte profiles; it does not go with --profile images or --data")
+    if args.data is not None:
+        if args.profile not in ("both", "images"):
+            p.error(f"--data measures your pack; drop --profile {args.profile}")
+        manifest = args.data / "manifest.json" if args.data.is_dir() else args.data
+        if not manifest.is_file():
+            p.error(f"--data {args.data}: no shardpipe dataset there (expected {manifest})")
+        from shardpipe.manifest import load_manifest
+
+        fields = load_manifest(args.data).fields
+        if args.field not in fields:
+            p.error(f"--field {args.field}: the pack's fields are {', '.join(fields)}")
+    valid = DATA_NAMES if args.data is not None else IMAGE_NAMES
+    names = [n for n in (args.contenders or ",".join(valid)).split(",") if n]
+    unknown = sorted(set(names) - set(valid))
+    if unknown:
+        p.error(f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(valid)}")
     args.contenders = names
+    _check_numbers(p, args)
+
+
+def _resolved(args: argparse.Namespace) -> argparse.Namespace:
     args.repeats = args.repeats or (1 if args.quick else 3)
     args.cache = args.cache or Path("bench-results") / "cache"
     return args
@@ -95,6 +145,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)  # the main process shares the cores with the workers, as in real training
+    if args.profile == "images" or args.data is not None:
+        return _images(args, sys.argv[1:] if argv is None else argv)
     started = time.perf_counter()
     profiles = data.QUICK_PROFILES if args.quick else data.PROFILES
     windows = QUICK_WINDOWS if args.quick else WINDOWS
@@ -158,44 +210,82 @@ def main(argv: list[str] | None = None) -> int:
             "seed": contenders.SEED,
         },
         "device": "cuda" if torch.cuda.is_available() else "cpu",
-        "rules": report.RULES,
+        "rules": {**report.RULES, "targets": targets_module.RULE},
         "eviction": eviction,
     }
+    found = targets_module.cls_targets(results, args.workers)
+    meta["targets"] = found
     paths = report.write(args.out, meta, results)
     if args.docs:
+        kind = "bench-io-remote" if args.remote else "bench-io-cold" if args.cold else "bench-io"
+        title = {"bench-io": "read wait against compute time", "bench-io-remote": "reading from S3",
+                 "bench-io-cold": "read wait, warm and cold page cache"}[kind]  # fmt: skip
+        figure = docs_page.Figure(
+            args.out / "throughput.png",
+            f"{kind}.png",
+            f"{kind}: payload MB/s per contender (median of repeats, bars min-max; orange: input-bound)",
+        )
+        results_lines = report.docs_results(meta, results)
         paths += docs_page.publish(
-            args.docs, _section(meta, results, args, sys.argv[1:] if argv is None else argv)
+            args.docs,
+            _section(kind, title, meta, results_lines, figure, args, sys.argv[1:] if argv is None else argv),
         )
     print(report.table(results))
+    if found:
+        print("\ntargets (paired ratios):\n" + "\n".join(targets_module.lines(found)))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def _images(args: argparse.Namespace, argv: list[str]) -> int:
+    """``--profile images`` (its docs section: bench-io-images) or ``--data`` (never in the docs)."""
+    found: list[dict[str, Any]] = []
+    if args.data is not None:
+        meta, results = image_bench.run_data(args)
+    else:
+        meta, results, found = image_bench.run_profiles(args)
+    paths = image_report.write(args.out, meta, results, found)
+    if args.docs and args.data is None:
+        figure = docs_page.Figure(
+            args.out / "images.png",
+            "bench-io-images.png",
+            "bench-io-images: samples/s per contender (median of repeats, bars min-max; grey: decode alone)",
+        )
+        lines = image_report.docs_results(meta, results, found)
+        title = "training input from JPEG photos"
+        paths += docs_page.publish(
+            args.docs, _section("bench-io-images", title, meta, lines, figure, args, argv)
+        )
+    elif args.docs:
+        print(f"--data: your pack's figures stay in {args.out}, out of {args.docs}")
+    print(image_report.table(meta, results, found))
+    if meta.get("verdicts"):
+        print("\n" + "\n".join(meta["verdicts"]))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
 
 def _section(
-    meta: dict[str, Any], results: list[dict[str, Any]], args: argparse.Namespace, argv: list[str]
-) -> docs_page.Section:
-    """This run as its section of the docs page: tables as in report.md, the plot as img/bench-io.png."""
+    name: str, title: str, meta: dict[str, Any], results: list[str], figure: docs_page.Figure,
+    args: argparse.Namespace, argv: list[str],
+) -> docs_page.Section:  # fmt: skip
+    """This run as its section of the docs page: tables as in report.md, the plot as img/<name>.png."""
     settings = {
         **docs_page.flags(vars(args)),
         "device": meta["device"],
         "loader": meta["settings"],
-        **{f"data: {name} profile": dataset for name, dataset in meta["datasets"].items()},
+        **{f"data: {profile} profile": dataset for profile, dataset in meta["datasets"].items()},
     }
-    figure = docs_page.Figure(
-        args.out / "throughput.png",
-        "bench-io.png",
-        "bench-io: payload MB/s per contender (median of repeats, bars min-max; orange: input-bound)",
-    )
     return docs_page.Section(
-        name="bench-io",
-        title="bench-io: read wait against compute time",
+        name=name,
+        title=f"{name}: {title}",
         date=docs_page.utc_date(),
         command=docs_page.command_line("bench", argv),
         machine=meta["hardware"],
         versions=meta["versions"],
         settings=settings,
         rules=meta["rules"],
-        results=report.docs_results(meta, results),
+        results=results,
         figures=(figure,),
     )
 

@@ -1,6 +1,7 @@
 """The training-like consumer of each batch: host-to-device copy, then a compute step.
 
-On CUDA: pinned batches copied with ``non_blocking=True``, a small ResNet-style model trained in bf16, both
+On CUDA: pinned batches copied with ``non_blocking=True``, a small ResNet-style model trained in bf16 (on
+the bytes as 1-channel images, or, for the image profiles, on the decoded crops), both
 timed with CUDA events and synchronized at the end of the step (so the next ``next()`` wait is real, not
 hidden behind queued kernels). On CPU: no copy, and a busy step of fixed work calibrated before the runs to
 take ``compute_ms`` on an idle core (``0``: a pure read benchmark). Its measured time can exceed the
@@ -67,10 +68,11 @@ class _Block(nn.Module):
         return torch.relu(x + self.bn2(self.conv2(y)))
 
 
-def small_resnet(num_classes: int = 10, width: int = 64) -> nn.Module:
-    """Stem, two residual blocks, global pool, linear head: a real conv workload, a few GFLOPs per batch."""
+def small_resnet(num_classes: int = 10, width: int = 64, in_channels: int = 1, stride: int = 1) -> nn.Module:
+    """Stem, two residual blocks, global pool, linear head: a real conv workload, a few GFLOPs per batch
+    (``stride`` > 1: a patchifying stem, for full-size images)."""
     return nn.Sequential(
-        nn.Conv2d(1, width, 3, padding=1, bias=False),
+        nn.Conv2d(in_channels, width, max(3, stride), stride=stride, padding=1, bias=False),
         nn.BatchNorm2d(width),
         nn.ReLU(),
         _Block(width),
@@ -95,12 +97,53 @@ class GpuStep:
         start, copied, done = self.events
         start.record()
         data = batch["bin"].to_tensors()[0].pin_memory().to(self.device, non_blocking=True)
-        labels = batch["cls"].to_tensors()[0].pin_memory().to(self.device, non_blocking=True)
+        cls = batch["cls"]
+        decoded = isinstance(cls, torch.Tensor)  # the -cls rows decode it to class indices already
+        labels = (cls if decoded else cls.to_tensors()[0]).pin_memory().to(self.device, non_blocking=True)
         copied.record()
         n = len(batch["bin"])
         pixels = self.side * self.side
         images = data[: n * pixels].view(n, 1, self.side, self.side).float().div_(255)  # bytes as images
-        target = (labels.long() - 48).clamp_(0, 9)[:n]  # cls values are one ASCII digit each
+        # Raw cls values are one ASCII digit each.
+        target = (labels.long() if decoded else labels.long() - 48).clamp_(0, 9)[:n]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = nn.functional.cross_entropy(self.model(images), target)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        done.record()
+        done.synchronize()
+        monitor.add("copy", start.elapsed_time(copied) / 1000)
+        monitor.add("compute", copied.elapsed_time(done) / 1000)
+
+
+class ImageGpuStep:
+    """The image profiles' step: the uint8 crops (B, 3, H, W) copied pinned and non-blocking, normalised
+    on the GPU (where the float conversion belongs), one bf16 training step of ``small_resnet`` with a
+    stride-4 stem; timed by CUDA events like :class:`GpuStep`."""
+
+    MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet's, in [0, 1]
+
+    def __init__(self, field: str = "jpg", label: str = "cls") -> None:
+        self.device = torch.device("cuda")
+        self.field, self.label = field, label
+        self.model = small_resnet(in_channels=3, stride=4).to(self.device)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
+        self.mean = torch.tensor(self.MEAN, device=self.device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(self.STD, device=self.device).view(1, 3, 1, 1) * 255
+        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+
+    def __call__(self, batch: Any, monitor: InputMonitor[Any]) -> None:
+        start, copied, done = self.events
+        start.record()
+        pixels = batch[self.field].pin_memory().to(self.device, non_blocking=True)
+        labels = batch.get(self.label)
+        if isinstance(labels, torch.Tensor):
+            target = labels.pin_memory().to(self.device, non_blocking=True).long().clamp_(0, 9)
+        else:  # a pack of the user's without decoded labels: any class will do for the timing
+            target = torch.zeros(len(pixels), dtype=torch.long, device=self.device)
+        copied.record()
+        images = pixels.float().sub_(self.mean).div_(self.std)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = nn.functional.cross_entropy(self.model(images), target)
         loss.backward()
@@ -115,3 +158,8 @@ class GpuStep:
 def make_step(compute_ms: float, sample_bytes: int) -> BusyStep | GpuStep:
     """The GPU model when CUDA is there, else the calibrated CPU step."""
     return GpuStep(sample_bytes) if torch.cuda.is_available() else BusyStep(compute_ms)
+
+
+def make_image_step(compute_ms: float, field: str = "jpg", label: str = "cls") -> BusyStep | ImageGpuStep:
+    """The image model when CUDA is there, else the calibrated CPU step."""
+    return ImageGpuStep(field, label) if torch.cuda.is_available() else BusyStep(compute_ms)

@@ -3,6 +3,9 @@
 Every contender yields the same batch shape: a dict with ``__key__`` (list), ``bin`` and ``cls`` as
 :class:`loaders.RaggedBytes` (collated by ``loaders.collate_samples``), so the consumer and the
 worker-to-main transfer cost the same for all, and the difference is how samples are found and read.
+The ``shardpipe-*-cls`` rows are the exception, on purpose: they read as users do, ``cls`` decoded to
+integers (``decode={"cls": "cls"}``, one int64 tensor per batch, still on ``make_loader``'s batch path),
+beside the raw row of the same format (:data:`CLS_RAW` pairs them for the targets).
 All shuffle: DistributedSampler for map-style (raw files, ``lmdb-loop``), shard + buffer shuffle for the
 streaming ones.
 """
@@ -29,10 +32,16 @@ NAMES = (
     "webdataset",
     "lmdb-loop",
     "shardpipe-tar",
+    "shardpipe-tar-cls",
     "shardpipe-lmdb",
+    "shardpipe-lmdb-cls",
     "shardpipe-tfrecord",
+    "shardpipe-tfrecord-cls",
     "in-memory",
 )
+CLS_RAW = {f"shardpipe-{f}-cls": f"shardpipe-{f}" for f in ("tar", "lmdb", "tfrecord")}
+"""Each decoding row and the raw-bytes row of the same format it is judged against."""
+CLS_DECODE = {"cls": "cls"}
 CHECK_OFF = ("shardpipe-tar-nocheck", "shardpipe-lmdb-nocheck", "shardpipe-tfrecord-nocheck")
 """Opt-in contenders (``--checks``): the same readers with per-sample checks off, to price the checks."""
 VARIANTS = ("shardpipe-tar-pipe", "shardpipe-tar-ring")
@@ -143,12 +152,17 @@ def webdataset_loader(urls: list[str], s: LoaderSettings, buffer: int = SHUFFLE_
 
 
 def _shardpipe(
-    format_name: str, *, check: bool = True, transport: Transport = "auto"
+    format_name: str,
+    *,
+    check: bool = True,
+    transport: Transport = "auto",
+    decode: dict[str, str] | None = None,
 ) -> Callable[[BenchData, LoaderSettings], Iterable[Any]]:
     def build_one(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
         dataset = ShardedDataset(
-            data.packed(format_name), shuffle=True, seed=SEED, shuffle_buffer=SHUFFLE_BUFFER, check=check
-        )
+            data.packed(format_name), shuffle=True, seed=SEED, shuffle_buffer=SHUFFLE_BUFFER, check=check,
+            decode=decode,
+        )  # fmt: skip
         kwargs = s.dataloader_kwargs()
         return make_loader(
             dataset,
@@ -174,6 +188,7 @@ BUILDERS: dict[str, Callable[[BenchData, LoaderSettings], Iterable[Any]]] = {
     "shardpipe-tar": _shardpipe("tar"),
     "shardpipe-lmdb": _shardpipe("lmdb"),
     "shardpipe-tfrecord": _shardpipe("tfrecord"),
+    **{name: _shardpipe(name.split("-")[1], decode=CLS_DECODE) for name in CLS_RAW},
     "shardpipe-tar-pipe": _shardpipe("tar", transport="pipe"),
     "shardpipe-tar-ring": _shardpipe("tar", transport="ring"),
     "in-memory": _in_memory,

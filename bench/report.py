@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.targets import markdown as targets_markdown
+
 RULES = {
     "step": "from asking the loader for a batch to asking for the next; data wait = time blocked in next()",
     "warmup": "the first --warmup steps of every run are discarded (worker start, first shuffle windows)",
@@ -110,6 +112,8 @@ def docs_results(meta: dict[str, Any], results: list[dict[str, Any]]) -> list[st
     """The tables for docs/benchmarks.md, with the eviction check and, for ``--remote``, the bytes
     each contender fetched from the server."""
     lines = group_tables(results, "####")
+    if meta.get("targets"):
+        lines += ["#### Targets", "", *targets_markdown(meta["targets"])]
     remote = [e for e in results if "fetched_mb" in e]
     if remote:
         rows = [["contender", "fetched per run, MB (min-max)"]]
@@ -139,6 +143,8 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         "",
     ]
     lines += group_tables(results, "##")
+    if meta.get("targets"):
+        lines += ["## Targets", "", *targets_markdown(meta["targets"])]
     lines += ["## Rules", ""] + [f"- **{k}**: {v}" for k, v in meta["rules"].items()]
     if meta["eviction"]:
         lines += ["", f"Eviction check: {json.dumps(meta['eviction'])}"]

@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from bench.contenders import NAMES
-from bench.docs_page import PREAMBLE, read_section
+from bench.contenders import CLS_RAW, NAMES
+from bench.docs_page import PREAMBLE, SECTIONS, read_section, replace_section
+from bench.targets import CLS_TARGET, paired_ratio
 
 pytestmark = pytest.mark.bench
 
@@ -105,8 +107,11 @@ def test_remote_mode_reads_through_the_loopback_s3_server(tmp_path: Path) -> Non
                str(tmp_path / "data"), "--docs", str(page)]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    section = read_section(page.read_text(), "bench-io") or ""
+    text = page.read_text()
+    assert read_section(text, "bench-io") is None  # its own section: the default run's stays
+    section = read_section(text, "bench-io-remote") or ""
     assert "| --remote | True |" in section and "| s3-tar-cold | " in section
+    assert section.rstrip().endswith("(img/bench-io-remote.png)")
     assert "Loopback S3 server: 20 ms per request, 200 MB/s per response" in section
     results = {r["contender"]: r for r in json.loads((out / "report.json").read_text())["results"]}
     assert set(results) == {
@@ -120,6 +125,67 @@ def test_remote_mode_reads_through_the_loopback_s3_server(tmp_path: Path) -> Non
     assert results["local-tar-cold"]["fetched_mb"] == [0.0]
     assert shard_mb <= results["s3-tar-cold"]["fetched_mb"][0] < 1.2 * shard_mb
     assert results["s3-tar-warm"]["fetched_mb"][0] < 0.2 * shard_mb
+
+
+def test_cls_rows_are_judged_against_their_raw_rows(quick: tuple[dict, Path, Path]) -> None:
+    """Every format's -cls row against its raw-bytes row, per profile, on paired ratios (never speed)."""
+    report, _, page = quick
+    targets = {(t["profile"], t["contender"]): t for t in report["targets"]}
+    assert set(targets) == {(p, c) for p in ("small", "large") for c in CLS_RAW}
+    by = {(e["profile"], e["contender"]): e for e in report["results"]}
+    for (profile, contender), t in targets.items():
+        raw = by[(profile, CLS_RAW[contender])]
+        ratio = by[(profile, contender)]["runs"][0]["samples_per_s"] / raw["runs"][0]["samples_per_s"]
+        assert t["value"] == pytest.approx(ratio)  # one round: the paired ratio is that round's
+        assert t["met"] == (t["value"] >= CLS_TARGET) and t["threshold"] == CLS_TARGET
+        assert t["target"] == f"{contender} >= 0.9x {CLS_RAW[contender]} (W=2)"
+    section = read_section(page.read_text(), "bench-io") or ""
+    assert (
+        "#### Targets" in section and "| small | shardpipe-tar-cls >= 0.9x shardpipe-tar (W=2) | " in section
+    )
+
+
+def test_cls_rows_decode_labels_on_the_batch_path() -> None:
+    """``decode={"cls": "cls"}``: one int64 tensor per batch; the raw row keeps bytes; W=0 as well."""
+    from bench import contenders, data
+    from loaders import RaggedBytes
+
+    dataset = data.prepare(data.QUICK_PROFILES["small"], ROOT / "bench-results" / "cache", log=False)
+    settings = contenders.LoaderSettings(batch_size=16, num_workers=0)
+    for name in CLS_RAW:
+        decoded, raw = (next(iter(contenders.build(n, dataset, settings))) for n in (name, CLS_RAW[name]))
+        assert isinstance(decoded["cls"], torch.Tensor) and decoded["cls"].dtype == torch.int64
+        assert decoded["cls"].shape == (16,) and isinstance(raw["cls"], RaggedBytes)
+        assert isinstance(decoded["bin"], RaggedBytes)
+
+
+def test_workers_0_run_judges_the_cls_targets_at_w0(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "bench", "--quick", "--profile", "small", "--workers", "0",
+               "--contenders", "shardpipe-tar,shardpipe-tar-cls", "--out", str(out)]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    (target,) = json.loads((out / "report.json").read_text())["targets"]
+    assert target["target"] == "shardpipe-tar-cls >= 0.9x shardpipe-tar (W=0)" and target["workers"] == 0
+    assert "shardpipe-tar-cls >= 0.9x shardpipe-tar (W=0)" in done.stdout
+
+
+def test_paired_ratio_is_the_median_of_per_round_ratios() -> None:
+    assert paired_ratio([100.0, 200.0, 50.0], [90.0, 100.0, 60.0]) == pytest.approx(0.9)
+    assert paired_ratio([10.0], [5.0]) == 0.5
+    with pytest.raises(ValueError):
+        paired_ratio([1.0, 2.0], [1.0])  # rounds must pair up
+
+
+def test_each_kind_of_run_has_its_section_after_the_default_one() -> None:
+    page = replace_section(PREAMBLE, "bench-pack", "pack\n")
+    for name in ("bench-io-cold", "bench-io", "bench-io-images", "bench-io-remote"):
+        page = replace_section(page, name, f"{name}\n")
+    starts = [page.index(f"<!-- {n}:begin -->") for n in SECTIONS if f"<!-- {n}:begin -->" in page]
+    assert starts == sorted(starts) and len(starts) == 5
+    assert SECTIONS[:4] == ("bench-io", "bench-io-images", "bench-io-remote", "bench-io-cold")
+    with pytest.raises(ValueError, match="expected one of"):
+        replace_section(PREAMBLE, "bench-io-other", "x\n")
 
 
 def test_transport_variants_are_accepted_but_not_run_by_default() -> None:
