@@ -29,6 +29,7 @@ A failing input stops the pack naming it, its source files and the function's er
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
@@ -204,7 +205,7 @@ def map_piece(
     if first is not None:
         shard = ShardFile(piece.relpath, out, format_name)
         try:
-            for batch in batched(_chain(first, stream), fields[0]):
+            for batch in batched(itertools.chain([first], stream), fields[0]):
                 shard.write_batch(*batch)
         except BaseException:
             shard.abort()
@@ -213,13 +214,6 @@ def map_piece(
     _check_unique(keys)
     return MappedPiece(piece.split, piece.index, len(piece), staged, fields[0] if fields else (), keys, sizes,
                        groups, skipped)  # fmt: skip
-
-
-def _chain(
-    first: tuple[str, Sequence[bytes]], rest: Iterator[tuple[str, Sequence[bytes]]]
-) -> Iterator[tuple[str, Sequence[bytes]]]:
-    yield first
-    yield from rest
 
 
 def skipped_record(pieces: Sequence[MappedPiece]) -> dict[str, Any]:
