@@ -65,3 +65,9 @@ def fail_on_item_seven(item: int) -> Sample:
     if item == 7:
         raise RuntimeError("item seven cannot be made")
     return {"__key__": f"items/{item:05d}", "bin": b"x" * 10}
+
+
+def changed_in_place(sample: Sample) -> Sample:
+    """Returns the dict it was given, changed: still checked."""
+    sample["txt"] = "a str"
+    return sample

@@ -161,6 +161,7 @@ def test_the_manifest_names_a_capped_number_of_skipped_samples(
     ("function", "error", "message"),
     [
         ("text_not_bytes", SampleError, "field 'txt' is str, expected bytes; encode it"),
+        ("changed_in_place", SampleError, "field 'txt' is str, expected bytes; encode it"),
         ("bad_key", SampleError, "its last part holds a dot"),
         ("same_key", MapError, "returned the key 'one/key' twice"),
         ("odd_fields", MapError, "every sample must have the same fields"),

@@ -84,22 +84,25 @@ class MapPiece:
     def __len__(self) -> int:
         return len(self.samples) if self.samples is not None else len(self.items)
 
-    def inputs(self, source_options: Mapping[str, Any] | None) -> Iterator[tuple[Any, str, str]]:
-        """``(what the map takes, the input's name, where it came from)`` for each input in order."""
+    def inputs(self, source_options: Mapping[str, Any] | None) -> Iterator[tuple[Any, str]]:
+        """``(what the map takes, the input's name)`` for each input in order."""
         if self.samples is None:
             for offset, item in enumerate(self.items):
-                yield item, f"item {self.first_item + offset}", f"{item!r:.80}"
+                yield item, f"item {self.first_item + offset}"
             return
-        table = self.samples
-        cells = [[c for c in row if isinstance(c, str)] for row in zip(*table.columns, strict=True)]
-        position = 0
-        for keys, names, columns in load_batches(table, self.relpath, source_options):
+        for keys, names, columns in load_batches(self.samples, self.relpath, source_options):
             for i, key in enumerate(keys):
                 sample: Sample = {KEY: key}
                 for name, column in zip(names, columns, strict=True):
                     sample[name] = bytes(column[i])  # a copy: the read buffer is reused
-                yield sample, key, ", ".join(cells[position]) or "literal values"
-                position += 1
+                yield sample, key
+
+    def where(self, position: int) -> str:
+        """Where input ``position`` came from, for a message: its files, or the item itself."""
+        if self.samples is None:
+            return f"{self.items[position]!r:.80}"
+        cells = [column[position] for column in self.samples.columns if isinstance(column[position], str)]
+        return ", ".join(map(str, cells)) or "literal values"
 
 
 def staged_path(index: int, suffix: str) -> str:
@@ -174,10 +177,11 @@ def map_piece(
     groups: list[int] = []
     skipped: list[tuple[str, str]] = []
     fields: list[tuple[str, ...]] = []  # the first output's, once there is one
-    apply = transform.bind()
+    names: set[str] = set()  # the same, for comparing each output's
+    apply = transform.bind(sound_inputs=piece.samples is not None)
 
-    def outputs() -> Iterator[tuple[str, Sequence[bytes]]]:
-        for given, name, where in piece.inputs(source_options):
+    def outputs() -> Iterator[tuple[str, Sequence[bytes], int]]:
+        for position, (given, name) in enumerate(piece.inputs(source_options)):
             try:
                 made = apply(given)
             except Exception as exc:  # the user's function: any error is this input's
@@ -187,16 +191,19 @@ def map_piece(
                     groups.append(0)
                     continue
                 label = name if piece.samples is None else f"sample {name!r}"
+                where = piece.where(position)
                 raise MapError(f"the map failed on {label} ({where}): {line}", key=name) from exc
             for key, output in made:
                 if not fields:
                     fields.append(tuple(sorted(output)))
-                if len(output) != len(fields[0]) or any(name not in output for name in fields[0]):
+                    names.update(fields[0])
+                if output.keys() != names:
                     raise _fields_differ(key, tuple(sorted(output)), keys[0], fields[0])
                 values = [output[name] for name in fields[0]]
+                size = sum(map(len, values))
                 keys.append(key)
-                sizes.append(sum(map(len, values)))
-                yield key, values
+                sizes.append(size)
+                yield key, values, size
             groups.append(len(made))
 
     stream = outputs()
@@ -352,7 +359,7 @@ def _staged(job: MappedShardJob, out: Store, format_name: str, stack: ExitStack)
     """The shard's samples read from the staged shards, cut into the writer's batches."""
     fmt = get_format(format_name)
 
-    def samples() -> Iterator[tuple[str, Sequence[bytes]]]:
+    def samples() -> Iterator[tuple[str, Sequence[bytes], int]]:
         for staged, start, stop in job.runs:
             path = stack.enter_context(local_copy(out, staged.path))
             index = None
@@ -365,6 +372,7 @@ def _staged(job: MappedShardJob, out: Store, format_name: str, stack: ExitStack)
                 keys, columns = reader.read_runs([(start, stop)], job.fields)
             values = [bytecolumn.values(columns[name]) for name in job.fields]
             for i, key in enumerate(keys):
-                yield key, [column[i] for column in values]  # type: ignore[misc]  # every field is present
+                sample = [column[i] for column in values]
+                yield key, sample, sum(map(len, sample))  # type: ignore[misc, arg-type]  # every field is present
 
     return batched(samples(), job.fields)

@@ -98,15 +98,15 @@ class ShardFile:
         return ShardEntry(self.relpath, self.num_samples, num_bytes, sha256, index_path, index_sha256)
 
 
-def batched(samples: Iterable[tuple[str, Sequence[bytes]]], names: Sequence[str]) -> Iterator[Batch]:
-    """``(key, values)`` samples cut into the writer's batches by the rule :func:`load_batches` cuts
-    files by (:data:`BATCH_BYTES` of payload, a sample at least): the same samples give the same writer
-    calls however they were produced, and so the same bytes in formats whose layout follows the calls."""
+def batched(samples: Iterable[tuple[str, Sequence[bytes], int]], names: Sequence[str]) -> Iterator[Batch]:
+    """``(key, values, payload bytes)`` samples cut into the writer's batches by the rule
+    :func:`load_batches` cuts files by (:data:`BATCH_BYTES` of payload, a sample at least): the same
+    samples give the same writer calls however they were produced, and so the same bytes in formats whose
+    layout follows the calls."""
     keys: list[str] = []
     columns: list[list[bytes]] = [[] for _ in names]
     held = 0
-    for key, values in samples:
-        size = sum(map(len, values))
+    for key, values, size in samples:
         if keys and held + size > BATCH_BYTES:
             yield keys, names, columns
             keys, columns, held = [], [[] for _ in names], 0
