@@ -12,7 +12,6 @@ that ``--docs`` writes (one per kind of run: ``bench-io``, ``bench-io-images``, 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import time
 from dataclasses import asdict
@@ -25,7 +24,6 @@ from bench import contenders, data, docs_page, image_bench, image_report, remote
 from bench import targets as targets_module
 from bench.compute import BusyStep, make_step
 from bench.image_contenders import DATA_NAMES, IMAGE_NAMES
-from bench.remote import loopback_s3, upload_dataset
 from bench.run import run_once, summarize
 
 # (warmup, steps) per profile: the window must fit in one epoch of the profile's data.
@@ -90,7 +88,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         names += [n for n in contenders.CHECK_OFF if n not in names]
     if args.remote:
         names = list(remote_io.NAMES)
-        contenders.BUILDERS.update(dict.fromkeys(names, contenders.BUILDERS["shardpipe-tar"]))  # see _remote
+        contenders.BUILDERS.update(
+            dict.fromkeys(names, contenders.BUILDERS["shardpipe-tar"])
+        )  # see remote_io.measure
         if args.profile == "both":
             args.profile = "small"
     unknown = sorted(set(names) - set(contenders.BUILDERS))
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             "compute_iterations": step.iterations if isinstance(step, BusyStep) else None,
         }
         if args.remote:
-            results.extend(_remote(args, dataset, settings, step, warmup, steps, profile_name))
+            results.extend(remote_io.measure(args, dataset, settings, step, warmup, steps, profile_name))
             continue
         for cache in caches:
             floor = system.floor(dataset.shard_files("tar"), dataset.payload_bytes, cold=cache == "cold")
@@ -288,41 +288,6 @@ def _section(
         results=results,
         figures=(figure,),
     )
-
-
-def _remote(
-    args: argparse.Namespace, dataset: Any, settings: contenders.LoaderSettings, step: Any, warmup: int,
-    steps: int, profile_name: str,
-) -> list[dict[str, Any]]:  # fmt: skip
-    """The ``--remote`` group: interleaved repeats over the loopback S3 server, bytes fetched per run."""
-    bandwidth = args.bandwidth_mb * 1e6 if args.bandwidth_mb > 0 else None
-    cache_root = args.out / "remote-cache"
-    shutil.rmtree(cache_root, ignore_errors=True)
-    cache_root.mkdir(parents=True)
-    with loopback_s3(latency_s=args.latency_ms / 1000, bandwidth=bandwidth) as endpoint:
-        upload_dataset(dataset.packed("tar"), endpoint)
-        remote_io.register(endpoint, cache_root, dataset)
-        runs: dict[str, list[Any]] = {n: [] for n in args.contenders}
-        fetched: dict[str, list[int]] = {n: [] for n in args.contenders}
-        for repeat in range(args.repeats):
-            shift = repeat % len(args.contenders)
-            for name in args.contenders[shift:] + args.contenders[:shift]:
-                endpoint.control.reset_counts()
-                run = run_once(name, dataset, settings, step, warmup=warmup, steps=steps,
-                               cold=name in remote_io.COLD)  # fmt: skip
-                runs[name].append(run)
-                fetched[name].append(endpoint.control.bytes_sent)
-                speed = f"{run.samples_per_s:11,.0f} samples/s  fetched {fetched[name][-1] / 1e6:,.1f} MB"
-                print(f"  {profile_name:5} remote #{repeat + 1} {name:18} {speed}", flush=True)
-    shutil.rmtree(cache_root, ignore_errors=True)
-    entries = [summarize(n, runs[n], args.threshold) for n in args.contenders]
-    floor = system.floor(dataset.shard_files("tar"), dataset.payload_bytes, cold=False)
-    report.add_ratios(entries, floor["payload_mb_per_s"])
-    for entry in entries:
-        entry.update(profile=profile_name, cache="remote", floor=floor, eviction=None,
-                     fetched_mb=[b / 1e6 for b in fetched[entry["contender"]]],
-                     latency_ms=args.latency_ms, bandwidth_mb=args.bandwidth_mb)  # fmt: skip
-    return entries
 
 
 if __name__ == "__main__":

@@ -11,20 +11,24 @@ response's bandwidth. Contenders, side by side in one run:
 - ``webdataset-http``: webdataset reading the same tars from the same server through ``pipe:curl``.
 
 Each run also records the bytes the server sent, so "no shard fetched twice per node" is a figure.
+``measure`` runs the group, interleaved and rotated, for ``bench.__main__``; its docs section is
+``bench-io-remote``.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from bench import contenders
+from bench import contenders, report, system
 from bench.contenders import LoaderSettings
 from bench.data import Dataset as BenchData
-from bench.remote import Endpoint
+from bench.remote import Endpoint, loopback_s3, upload_dataset
+from bench.run import run_once, summarize
 from loaders import RemoteOptions, ShardedDataset, make_loader
 
 NAMES = ("local-tar-cold", "local-tar-warm", "s3-tar-cold", "s3-tar-warm", "webdataset-http")
@@ -93,3 +97,38 @@ def _webdataset(endpoint: Endpoint, data: BenchData, s: LoaderSettings) -> Itera
         signed = client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key})
         urls.append(f"pipe:curl -s -f '{signed}'")
     return contenders.webdataset_loader(urls, s)
+
+
+def measure(
+    args: argparse.Namespace, dataset: BenchData, settings: LoaderSettings, step: Any, warmup: int,
+    steps: int, profile_name: str,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """The ``--remote`` group: interleaved repeats over the loopback S3 server, bytes fetched per run."""
+    bandwidth = args.bandwidth_mb * 1e6 if args.bandwidth_mb > 0 else None
+    cache_root = args.out / "remote-cache"
+    shutil.rmtree(cache_root, ignore_errors=True)
+    cache_root.mkdir(parents=True)
+    with loopback_s3(latency_s=args.latency_ms / 1000, bandwidth=bandwidth) as endpoint:
+        upload_dataset(dataset.packed("tar"), endpoint)
+        register(endpoint, cache_root, dataset)
+        runs: dict[str, list[Any]] = {n: [] for n in args.contenders}
+        fetched: dict[str, list[int]] = {n: [] for n in args.contenders}
+        for repeat in range(args.repeats):
+            shift = repeat % len(args.contenders)
+            for name in args.contenders[shift:] + args.contenders[:shift]:
+                endpoint.control.reset_counts()
+                run = run_once(name, dataset, settings, step, warmup=warmup, steps=steps,
+                               cold=name in COLD)  # fmt: skip
+                runs[name].append(run)
+                fetched[name].append(endpoint.control.bytes_sent)
+                speed = f"{run.samples_per_s:11,.0f} samples/s  fetched {fetched[name][-1] / 1e6:,.1f} MB"
+                print(f"  {profile_name:5} remote #{repeat + 1} {name:18} {speed}", flush=True)
+    shutil.rmtree(cache_root, ignore_errors=True)
+    entries = [summarize(n, runs[n], args.threshold) for n in args.contenders]
+    floor = system.floor(dataset.shard_files("tar"), dataset.payload_bytes, cold=False)
+    report.add_ratios(entries, floor["payload_mb_per_s"])
+    for entry in entries:
+        entry.update(profile=profile_name, cache="remote", floor=floor, eviction=None,
+                     fetched_mb=[b / 1e6 for b in fetched[entry["contender"]]],
+                     latency_ms=args.latency_ms, bandwidth_mb=args.bandwidth_mb)  # fmt: skip
+    return entries

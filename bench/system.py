@@ -75,10 +75,11 @@ def versions() -> dict[str, str]:
 
 def commit() -> str:
     """The checkout's git commit, marked when tracked files differ from it: a figure belongs to the code
-    that produced it, which the package version alone does not name. 'unknown' outside a git checkout."""
+    that produced it, which the package version alone does not name. 'unknown' outside a git checkout.
+    The benchmarks' own page and plots (``docs/``) do not count: the runs write them."""
     try:
         head = _git("rev-parse", "--short=12", "HEAD").strip()
-        changed = _git("status", "--porcelain", "--untracked-files=no").strip()
+        changed = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs").strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return f"{head} + uncommitted changes" if changed else head

@@ -97,7 +97,7 @@ def _where(target: dict[str, Any]) -> str:
 def lines(targets: list[dict[str, Any]]) -> list[str]:
     """One plain line per target: profile, name, measured value, met or missed."""
     return [
-        f"{_where(t):12} {t['target']:50} {t['value']:6.2f}x  {'met' if t['met'] else 'MISSED'}"
+        f"{_where(t):12} {t['target']:56} {t['value']:6.2f}x  {'met' if t['met'] else 'MISSED'}"
         for t in targets
     ]
 

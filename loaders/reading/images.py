@@ -62,6 +62,11 @@ class _Crop(ColumnDecoder):
         """The crop box on the displayed image, and whether to flip."""
         raise NotImplementedError
 
+    @property
+    def output_bytes(self) -> int:
+        """Bytes of one decoded sample: what a batch carries to the trainer (sizes the transfer ring)."""
+        return 3 * self.size * self.size
+
     def __call__(self, column: RaggedBytes, keys: Sequence[str], context: DecodeContext) -> torch.Tensor:
         out = np.zeros((len(column), 3, self.size, self.size), dtype=np.uint8)  # (B, C, H, W)
         for index, data in enumerate(column):
