@@ -2,7 +2,7 @@
 
 ``decode={"jpg": RandomResizedCrop(224)}`` (training) or ``decode={"jpg": CenterCrop(224)}`` (evaluation)
 turns a batch's image field into one ``uint8`` tensor ``(B, 3, size, size)``, decoded on the batch path
-(no dict per sample). Per image, with Pillow only (measured against simplejpeg, PyTurboJPEG and OpenCV,
+(no dict per sample). Per image, decoded by Pillow (measured against simplejpeg, PyTurboJPEG and OpenCV,
 docs/performance.md: they were no faster where the output was as good):
 
 1. the header is read (size, EXIF orientation), never the pixels;
@@ -12,8 +12,10 @@ docs/performance.md: they were no faster where the output was as good):
    shorter side is ``resize``; the box is mapped back onto the pixels as stored;
 3. a JPEG is decoded at the smallest DCT scale (1/2, 1/4, 1/8: Pillow's ``draft``) that keeps the box at
    least ``size`` pixels on each side, so a small crop of a large photo decodes a fraction of its pixels;
-4. the box is cut and resized to ``size`` x ``size`` in one antialiased bilinear resize, then turned
-   upright by the EXIF orientation and, in training, flipped with probability 1/2.
+4. the box is cut and resized to ``size`` x ``size`` with an antialiased bilinear filter (torch's on a box
+   of whole pixels, as torchvision crops then resizes; Pillow's sub-pixel ``resize(box=)`` on a box that a
+   DCT scale or the evaluation crop leaves fractional), then turned upright by the EXIF orientation and,
+   in training, flipped with probability 1/2.
 
 The draws (box, flip) come from ``SeedSequence`` over (seed, epoch, a hash of the key): the same crops for
 the same epoch on any run, rank or worker count, so a resumed epoch gets the crops it would have had.
@@ -35,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.nn.functional import interpolate
 
 from loaders.reading.decode import ColumnDecoder, DecodeContext, DecodeError
 from loaders.transfer.collate import RaggedBytes
@@ -72,7 +75,7 @@ class _Crop(ColumnDecoder):
         for index, data in enumerate(column):
             rng = crop_draws(context.seed, context.epoch, keys[index])
             try:
-                out[index] = self.decode(data, rng).transpose(2, 0, 1)  # (H, W, C) -> (C, H, W)
+                out[index] = self.decode(data, rng)
             except Exception as exc:  # Pillow raises many types for bad bytes: all are this image's
                 detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
                 if not context.skip:
@@ -81,7 +84,7 @@ class _Crop(ColumnDecoder):
         return torch.from_numpy(out)
 
     def decode(self, data: bytes, rng: np.random.Generator) -> np.ndarray:
-        """One image's crop, ``(size, size, 3)`` uint8 RGB."""
+        """One image's crop, ``(3, size, size)`` uint8 RGB (a view; the caller copies it into the batch)."""
         image_module = _pillow()
         with image_module.open(io.BytesIO(data)) as image:
             width, height = image.size
@@ -99,19 +102,23 @@ class _Crop(ColumnDecoder):
                 )
                 if drafted is not None:  # None: no scale was applied (never assume one was)
                     scale = round(width / image.size[0])
-            if image.mode not in ("RGB", "L", "CMYK"):
-                image = image.convert("RGB")  # a palette would be resized with its nearest colours
+            if image.mode != "RGB":
+                image = image.convert("RGB")  # palettes, grey, CMYK, alpha: RGB before any resampling
             left, top, right, bottom = (coordinate / scale for coordinate in box)
-            crop = image.resize(
-                (self.size, self.size), image_module.Resampling.BILINEAR, box=(left, top, right, bottom)
-            )
-        if crop.mode != "RGB":
-            crop = crop.convert("RGB")  # grey and CMYK: converted small, not at full size
-        if orientation != 1:
-            crop = crop.transpose(_upright(orientation))
-        if flip:
-            crop = crop.transpose(image_module.Transpose.FLIP_LEFT_RIGHT)
-        return np.asarray(crop)
+            if all(c.is_integer() for c in (left, top, right, bottom)):  # whole pixels: torch's faster resize
+                pixels = self._resize(np.array(image.crop((int(left), int(top), int(right), int(bottom)))))
+            else:  # a fraction of a pixel matters (integer boxes lose about 7 dB): Pillow's sub-pixel box
+                box = (left, top, right, bottom)
+                crop = image.resize((self.size, self.size), image_module.Resampling.BILINEAR, box=box)
+                pixels = np.asarray(crop).transpose(2, 0, 1)
+        return _upright(pixels, orientation, flip)
+
+    def _resize(self, pixels: np.ndarray) -> np.ndarray:
+        """``(h, w, 3)`` to ``(3, size, size)`` (a view): torch's antialiased bilinear resize, torchvision's
+        crop-then-resize, which on uint8 channels-last input is faster than Pillow's (docs/performance.md)."""
+        channels_last = torch.from_numpy(pixels).permute(2, 0, 1).unsqueeze(0)
+        resized = interpolate(channels_last, size=(self.size, self.size), mode="bilinear", antialias=True)
+        return resized[0].numpy()
 
 
 @dataclass(frozen=True)
@@ -237,9 +244,11 @@ def _check(size: int) -> None:
         raise ValueError(f"size must be a whole number of pixels >= 1, got {size!r}")
 
 
-def _upright(orientation: int) -> Any:
-    """The transpose that turns stored pixels upright for an EXIF orientation (Pillow's own table)."""
-    transpose = _pillow().Transpose
-    return {2: transpose.FLIP_LEFT_RIGHT, 3: transpose.ROTATE_180, 4: transpose.FLIP_TOP_BOTTOM,
-            5: transpose.TRANSPOSE, 6: transpose.ROTATE_270, 7: transpose.TRANSVERSE,
-            8: transpose.ROTATE_90}[orientation]  # fmt: skip
+def _upright(pixels: np.ndarray, orientation: int, flip: bool) -> np.ndarray:
+    """``(3, h, w)`` stored pixels turned upright by the EXIF orientation (Pillow's ``exif_transpose``
+    table), then mirrored if ``flip``: views, no copy."""
+    if orientation in _QUARTER_TURNS:
+        pixels = pixels.transpose(0, 2, 1)  # 5 is the transpose alone; 6, 7, 8 add flips
+    flip_rows = orientation in (3, 4, 7, 8)
+    flip_columns = (orientation in (2, 3, 6, 7)) != flip
+    return pixels[:, :: -1 if flip_rows else 1, :: -1 if flip_columns else 1]
