@@ -49,7 +49,7 @@ def test_a_map_that_changes_nothing_writes_the_shards_of_no_map(
     if split_pieces:
         monkeypatch.setattr(mapping, "MIN_PIECES", 30)
     else:
-        monkeypatch.setattr(mapping, "write_columns", _never)  # 10 shards: one piece each
+        monkeypatch.setattr(mapping, "local_copy", _never)  # 10 shards: one piece each, none read back
     options = PackOptions(format=fmt, max_samples=16, map="tests.maps:unchanged", workers=1)
     mapped = pack(tmp_path / "src", tmp_path / "mapped", options, quiet=True)
     for split, shards in plain.manifest.splits.items():

@@ -15,8 +15,8 @@ shards stays a pure function of the ordered outputs whatever runs the work:
    piece's outputs is that piece's staged shard, moved into place (no byte written twice: a map that
    keeps sizes, such as one that changes no sample, costs only itself); any other is written from the
    staged shards it spans, read and checked like any shard (:func:`write_mapped_shard`). Either way its
-   bytes are the same: writers get the same batches (:func:`~shardpipe.packing.write.batched`). What is
-   left staged goes once the manifest is in place.
+   bytes are the same: writers get the same batches (:meth:`~shardpipe.packing.write.ShardFile.add`).
+   What is left staged goes once the manifest is in place.
 
 For a source (files), the inputs are split and ordered before the map, and their outputs keep that
 split and order: a map whose outputs equal its inputs writes the shards of no map, byte for byte.
@@ -29,9 +29,9 @@ A failing input stops the pack naming it, its source files and the function's er
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+import operator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
@@ -43,9 +43,9 @@ from shardpipe.formats import bytecolumn, get_format
 from shardpipe.formats.layout import ShardIndex
 from shardpipe.manifest import ShardEntry
 from shardpipe.packing.plan import cut_shards
-from shardpipe.packing.samples import KEY, Sample
+from shardpipe.packing.samples import KEY
 from shardpipe.packing.transform import OnError, Transform
-from shardpipe.packing.write import Batch, ShardFile, batched, load_batches, write_columns
+from shardpipe.packing.write import ShardFile, load_batches
 from shardpipe.sources import SampleTable
 from shardpipe.storage import Store, local_copy, task_store
 
@@ -91,11 +91,10 @@ class MapPiece:
                 yield item, f"item {self.first_item + offset}"
             return
         for keys, names, columns in load_batches(self.samples, self.relpath, source_options):
-            for i, key in enumerate(keys):
-                sample: Sample = {KEY: key}
-                for name, column in zip(names, columns, strict=True):
-                    sample[name] = bytes(column[i])  # a copy: the read buffer is reused
-                yield sample, key
+            header = (KEY, *names)
+            copies = [list(map(bytes, column)) for column in columns]  # the read buffer is reused
+            for row in zip(keys, *copies, strict=True):
+                yield dict(zip(header, row, strict=True)), row[0]
 
     def where(self, position: int) -> str:
         """Where input ``position`` came from, for a message: its files, or the item itself."""
@@ -176,11 +175,9 @@ def map_piece(
     sizes: list[int] = []
     groups: list[int] = []
     skipped: list[tuple[str, str]] = []
-    fields: list[tuple[str, ...]] = []  # the first output's, once there is one
-    names: set[str] = set()  # the same, for comparing each output's
     apply = transform.bind(sound_inputs=piece.samples is not None)
-
-    def outputs() -> Iterator[tuple[str, Sequence[bytes], int]]:
+    staging = _Staging(piece.relpath, out, format_name)
+    try:
         for position, (given, name) in enumerate(piece.inputs(source_options)):
             try:
                 made = apply(given)
@@ -194,33 +191,57 @@ def map_piece(
                 where = piece.where(position)
                 raise MapError(f"the map failed on {label} ({where}): {line}", key=name) from exc
             for key, output in made:
-                if not fields:
-                    fields.append(tuple(sorted(output)))
-                    names.update(fields[0])
-                if output.keys() != names:
-                    raise _fields_differ(key, tuple(sorted(output)), keys[0], fields[0])
-                values = [output[name] for name in fields[0]]
-                size = sum(map(len, values))
+                sizes.append(staging.add(key, output, keys[0] if keys else key))
                 keys.append(key)
-                sizes.append(size)
-                yield key, values, size
             groups.append(len(made))
-
-    stream = outputs()
-    first = next(stream, None)  # the fields are known once there is an output
-    staged = None
-    if first is not None:
-        shard = ShardFile(piece.relpath, out, format_name)
-        try:
-            for batch in batched(itertools.chain([first], stream), fields[0]):
-                shard.write_batch(*batch)
-        except BaseException:
-            shard.abort()
-            raise
-        staged = shard.finish()
+        staged = staging.finish()
+    except BaseException:
+        staging.abort()
+        raise
     _check_unique(keys)
-    return MappedPiece(piece.split, piece.index, len(piece), staged, fields[0] if fields else (), keys, sizes,
-                       groups, skipped)  # fmt: skip
+    return MappedPiece(piece.split, piece.index, len(piece), staged, staging.fields, keys, sizes, groups,
+                       skipped)  # fmt: skip
+
+
+class _Staging:
+    """A piece's staged shard, opened at its first output (whose fields every other output must have)."""
+
+    def __init__(self, relpath: str, out: Store, format_name: str) -> None:
+        self._relpath, self._out, self._format = relpath, out, format_name
+        self.fields: tuple[str, ...] = ()
+        self._names: set[str] = set()
+        self._values: Callable[[Mapping[str, bytes]], tuple[bytes, ...]]  # set with the shard
+        self._shard: ShardFile | None = None
+
+    def add(self, key: str, output: Mapping[str, bytes], first_key: str) -> int:
+        """Add one checked output; its payload bytes."""
+        if self._shard is None:
+            self.fields = tuple(sorted(output))
+            self._names = set(self.fields)
+            self._values = _getter(self.fields)
+            self._shard = ShardFile(self._relpath, self._out, self._format, self.fields)
+        if output.keys() != self._names:
+            raise _fields_differ(key, tuple(sorted(output)), first_key, self.fields)
+        values = self._values(output)
+        size = sum(map(len, values))
+        self._shard.add(key, values, size)
+        return size
+
+    def finish(self) -> ShardEntry | None:
+        """The staged shard's entry; None when there was no output."""
+        return None if self._shard is None else self._shard.finish()
+
+    def abort(self) -> None:
+        if self._shard is not None:
+            self._shard.abort()
+
+
+def _getter(fields: Sequence[str]) -> Callable[[Mapping[str, bytes]], tuple[bytes, ...]]:
+    """The values of ``fields`` of a sample, in that order, as a tuple (one C call)."""
+    pick = operator.itemgetter(*fields)
+    if len(fields) == 1:
+        return lambda output: (pick(output),)
+    return cast(Callable[[Mapping[str, bytes]], tuple[bytes, ...]], pick)
 
 
 def skipped_record(pieces: Sequence[MappedPiece]) -> dict[str, Any]:
@@ -351,15 +372,8 @@ def write_mapped_shard(job: MappedShardJob, out: Store, format_name: str) -> Sha
             out.move(staged.index_path, index_path)
         out.move(staged.path, job.relpath)
         return replace(staged, path=job.relpath, index_path=index_path)
-    with ExitStack() as stack:
-        return write_columns(job.relpath, out, format_name, _staged(job, out, format_name, stack))
-
-
-def _staged(job: MappedShardJob, out: Store, format_name: str, stack: ExitStack) -> Iterator[Batch]:
-    """The shard's samples read from the staged shards, cut into the writer's batches."""
     fmt = get_format(format_name)
-
-    def samples() -> Iterator[tuple[str, Sequence[bytes], int]]:
+    with ExitStack() as stack, ShardFile(job.relpath, out, format_name, job.fields) as shard:
         for staged, start, stop in job.runs:
             path = stack.enter_context(local_copy(out, staged.path))
             index = None
@@ -371,8 +385,6 @@ def _staged(job: MappedShardJob, out: Store, format_name: str, stack: ExitStack)
             with fmt.open_reader(path, index) as reader:
                 keys, columns = reader.read_runs([(start, stop)], job.fields)
             values = [bytecolumn.values(columns[name]) for name in job.fields]
-            for i, key in enumerate(keys):
-                sample = [column[i] for column in values]
-                yield key, sample, sum(map(len, sample))  # type: ignore[misc, arg-type]  # every field is present
-
-    return batched(samples(), job.fields)
+            for key, *sample in zip(keys, *values, strict=True):
+                shard.add(key, sample, sum(map(len, sample)))
+        return shard.finish()

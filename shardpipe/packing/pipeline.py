@@ -111,6 +111,7 @@ def _pack(
         return PackResult(prepared.complete, 0, num_shards, *counts, True, skipped)
 
     mapped: list[MappedPiece] = []
+    fields = scan.table.fields
     if transform is None:
         write: Callable[..., ShardEntry] = write_shard
         args: tuple[Any, ...] = (target.store, options.format, storage_options)
@@ -118,6 +119,7 @@ def _pack(
         map_args = (target.store, options.format, transform, options.on_error, storage_options)
         mapped = map_all(pieces, target, prepared, executor, quiet, map_args)
         outputs = Outputs.of(mapped)
+        fields = outputs.fields
         jobs = plan_mapped_shards(  # type: ignore[assignment]
             outputs, outputs.by_piece_split(), suffix, max_samples=options.max_samples,
             max_bytes=options.max_bytes,
@@ -127,7 +129,6 @@ def _pack(
         jobs, write, args, target, prepared, executor, options, quiet
     )
 
-    fields = scan.table.fields if transform is None else Outputs.of(mapped).fields
     source_record = {"kind": scan.kind, "path": source, "labels": options.labels}
     manifest = job_manifest(options, fields, jobs, entries, source_record, job, mapped, classes=scan.classes)
     target.commit(manifest)

@@ -54,39 +54,69 @@ Batch = tuple[Sequence[str], Sequence[str], Sequence[Column]]
 
 def write_columns(relpath: str, out: Store, format_name: str, batches: Iterable[Batch]) -> ShardEntry:
     """Write the samples of ``batches`` as the shard ``relpath`` of ``out`` (:class:`ShardFile`)."""
-    shard = ShardFile(relpath, out, format_name)
-    try:
+    with ShardFile(relpath, out, format_name) as shard:
         for batch in batches:
             shard.write_batch(*batch)
-    except BaseException:
-        shard.abort()
-        raise
-    return shard.finish()
+        return shard.finish()
 
 
 class ShardFile:
     """One shard being written into a store: staged under a temporary name, then its index put in place
     and the shard published (locally a rename; to an object store an upload, read back and checked). The
     writer frames each batch with its per-field work done once. Either :meth:`finish` or :meth:`abort`
-    ends it; a shard aborted (or never finished) leaves nothing under a final name."""
+    ends it (leaving a ``with`` block without :meth:`finish` aborts it); a shard aborted (or never
+    finished) leaves nothing under a final name.
 
-    def __init__(self, relpath: str, out: Store, format_name: str) -> None:
+    Samples come as batches (:meth:`write_batch`) or one by one (:meth:`add`, of ``fields``), which are
+    gathered into batches by the rule :func:`load_batches` cuts files by (:data:`BATCH_BYTES` of
+    payload, a sample at least): the same samples give the same writer calls however they were produced,
+    and so the same bytes in formats whose layout follows the calls."""
+
+    def __init__(self, relpath: str, out: Store, format_name: str, fields: Sequence[str] = ()) -> None:
         self.relpath, self._out, self._format = relpath, out, get_format(format_name)
+        self.fields = tuple(fields)
         self._stack = ExitStack()
         self._temp = self._stack.enter_context(out.staging(relpath))
         self._writer = self._format.open_writer(self._temp)
+        self._rows: list[tuple[Any, ...]] = []  # (key, *values) of the batch being gathered by add()
+        self._held = 0
+        self._ended = False
         self.num_samples = 0
+
+    def __enter__(self) -> ShardFile:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self._ended:
+            self.abort()
 
     def write_batch(self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Column]) -> None:
         self._writer.write_batch(keys, names, columns)
         self.num_samples += len(keys)
 
+    def add(self, key: str, values: Sequence[bytes], size: int) -> None:
+        """Add one sample: its ``fields``' values in order, and their ``size`` in bytes."""
+        if self._rows and self._held + size > BATCH_BYTES:
+            self._flush()
+        self._rows.append((key, *values))
+        self._held += size
+        self.num_samples += 1
+
+    def _flush(self) -> None:
+        if self._rows:
+            keys, *columns = zip(*self._rows, strict=True)
+            self._writer.write_batch(keys, self.fields, columns)  # counted as added
+            self._rows, self._held = [], 0
+
     def abort(self) -> None:
+        self._ended = True
         with self._stack:  # the staged file goes
             self._writer.abort()
 
     def finish(self) -> ShardEntry:
+        self._ended = True
         with self._stack:
+            self._flush()
             index = self._writer.close()
             start_writeback(self._temp)  # overlaps the index and the checksum pass: publishing waits less
             index_path = index_sha256 = None
@@ -96,26 +126,6 @@ class ShardFile:
             sha256, num_bytes = sha256_file(self._temp), self._temp.stat().st_size
             self._out.publish(self.relpath, self._temp, sha256)
         return ShardEntry(self.relpath, self.num_samples, num_bytes, sha256, index_path, index_sha256)
-
-
-def batched(samples: Iterable[tuple[str, Sequence[bytes], int]], names: Sequence[str]) -> Iterator[Batch]:
-    """``(key, values, payload bytes)`` samples cut into the writer's batches by the rule
-    :func:`load_batches` cuts files by (:data:`BATCH_BYTES` of payload, a sample at least): the same
-    samples give the same writer calls however they were produced, and so the same bytes in formats whose
-    layout follows the calls."""
-    keys: list[str] = []
-    columns: list[list[bytes]] = [[] for _ in names]
-    held = 0
-    for key, values, size in samples:
-        if keys and held + size > BATCH_BYTES:
-            yield keys, names, columns
-            keys, columns, held = [], [[] for _ in names], 0
-        keys.append(key)
-        for column, value in zip(columns, values, strict=True):
-            column.append(value)
-        held += size
-    if keys:
-        yield keys, names, columns
 
 
 def load_batches(

@@ -88,7 +88,7 @@ class DatasetWriter:
         if self.max_bytes is not None and size > self.max_bytes:
             raise SampleTooLargeError.of(key, size, self.max_bytes)
         shard, held = self._shard(split, size)
-        shard.write_batch([key], names, [[fields[name]] for name in names])
+        shard.add(key, [fields[name] for name in names], size)
         self._open[split] = (shard, held + size)
         self._keys.add(key)
 
@@ -102,9 +102,8 @@ class DatasetWriter:
                 return shard, held
             self._finish(split)
         entries = self._entries.setdefault(split, [])
-        return ShardFile(
-            f"{split}/shard-{len(entries):06d}{self._suffix}", self._output.store, self.format
-        ), 0
+        relpath = f"{split}/shard-{len(entries):06d}{self._suffix}"
+        return ShardFile(relpath, self._output.store, self.format, self._fields or ()), 0
 
     def _finish(self, split: str) -> None:
         shard, _ = self._open.pop(split)
