@@ -4,8 +4,8 @@ For each profile (and cache state), every contender runs ``--repeats`` times, in
 every contender before repeat r + 1 of any, the order rotated each repeat) so drift on a noisy machine hits
 all contenders alike. See ``bench.run`` for the warm-up and measurement rules, ``bench.report`` for output,
 ``bench.targets`` for the targets judged, and ``bench.docs_page`` for the section of ``docs/benchmarks.md``
-that ``--docs`` writes (one per kind of run: ``bench-io``, ``bench-io-images``, ``bench-io-remote``,
-``bench-io-cold``). ``--profile images`` and ``--data PACK`` measure image input instead
+that ``--docs`` writes (one per kind of run: ``bench-io``, ``bench-io-workers-0``, ``bench-io-images``,
+``bench-io-remote``, ``bench-io-cold``). ``--profile images`` and ``--data PACK`` measure image input instead
 (``bench.image_bench``).
 """
 
@@ -29,6 +29,7 @@ from bench.run import run_once, summarize
 # (warmup, steps) per profile: the window must fit in one epoch of the profile's data.
 WINDOWS = {"small": (10, 400), "large": (10, 150)}
 QUICK_WINDOWS = {"small": (3, 30), "large": (2, 8)}
+DEFAULT_WORKERS = 2  # the issues' targets are set at two DataLoader workers
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -45,7 +46,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small data, short windows, 1 repeat (< 1 min)")
     p.add_argument("--compute-ms", type=float, default=0.0, help="CPU compute step per batch; 0 = pure read")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--workers", type=int, default=2, help="DataLoader workers (and pack workers)")
+    p.add_argument(
+        "--workers", type=int, default=DEFAULT_WORKERS,
+        help=f"DataLoader workers (and pack workers); --docs: a section for {DEFAULT_WORKERS}, one for 0",
+    )  # fmt: skip
     p.add_argument("--repeats", type=int, help="runs per contender (default 3, --quick 1)")
     p.add_argument("--warmup", type=int, help="discarded steps per run (default per profile)")
     p.add_argument("--steps", type=int, help="measured steps per run (default per profile)")
@@ -217,9 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["targets"] = found
     paths = report.write(args.out, meta, results)
     if args.docs:
-        kind = "bench-io-remote" if args.remote else "bench-io-cold" if args.cold else "bench-io"
-        title = {"bench-io": "read wait against compute time", "bench-io-remote": "reading from S3",
-                 "bench-io-cold": "read wait, warm and cold page cache"}[kind]  # fmt: skip
+        kind, title = _kind(args)
         figure = docs_page.Figure(
             args.out / "throughput.png",
             f"{kind}.png",
@@ -235,6 +237,20 @@ def main(argv: list[str] | None = None) -> int:
         print("\ntargets (paired ratios):\n" + "\n".join(targets_module.lines(found)))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
+
+
+def _kind(args: argparse.Namespace) -> tuple[str, str]:
+    """The docs section of a raw-bytes run, and its title: a run with ``--workers 0`` has its own
+    section, so the default's is never replaced by it."""
+    if args.remote:
+        return "bench-io-remote", "reading from S3"
+    if args.cold:
+        return "bench-io-cold", "read wait, warm and cold page cache"
+    if args.workers == 0:
+        return "bench-io-workers-0", "read wait against compute time, read in the trainer (--workers 0)"
+    if args.workers != DEFAULT_WORKERS:
+        raise SystemExit(f"--docs keeps sections for --workers {DEFAULT_WORKERS} and 0, got {args.workers}")
+    return "bench-io", "read wait against compute time"
 
 
 def _images(args: argparse.Namespace, argv: list[str]) -> int:

@@ -179,11 +179,12 @@ def test_paired_ratio_is_the_median_of_per_round_ratios() -> None:
 
 def test_each_kind_of_run_has_its_section_after_the_default_one() -> None:
     page = replace_section(PREAMBLE, "bench-pack", "pack\n")
-    for name in ("bench-io-cold", "bench-io", "bench-io-images", "bench-io-remote"):
+    for name in ("bench-io-cold", "bench-io", "bench-io-images", "bench-io-workers-0", "bench-io-remote"):
         page = replace_section(page, name, f"{name}\n")
     starts = [page.index(f"<!-- {n}:begin -->") for n in SECTIONS if f"<!-- {n}:begin -->" in page]
-    assert starts == sorted(starts) and len(starts) == 5
-    assert SECTIONS[:4] == ("bench-io", "bench-io-images", "bench-io-remote", "bench-io-cold")
+    assert starts == sorted(starts) and len(starts) == 6
+    kinds = ("bench-io", "bench-io-workers-0", "bench-io-images", "bench-io-remote", "bench-io-cold")
+    assert SECTIONS[:5] == kinds
     with pytest.raises(ValueError, match="expected one of"):
         replace_section(PREAMBLE, "bench-io-other", "x\n")
 
@@ -195,3 +196,12 @@ def test_transport_variants_are_accepted_but_not_run_by_default() -> None:
     assert parse_args(["--contenders", ",".join(VARIANTS)]).contenders == list(VARIANTS)
     assert set(VARIANTS) <= set(BUILDERS) and not set(VARIANTS) & set(NAMES)
     assert parse_args([]).contenders == list(NAMES)
+
+
+def test_a_run_with_no_workers_has_its_own_section_and_other_counts_none() -> None:
+    from bench.__main__ import _kind, parse_args
+
+    assert _kind(parse_args([]))[0] == "bench-io"
+    assert _kind(parse_args(["--workers", "0"]))[0] == "bench-io-workers-0"
+    with pytest.raises(SystemExit, match="--workers 2 and 0"):
+        _kind(parse_args(["--workers", "4"]))
