@@ -60,7 +60,15 @@ def test_an_int_column_parses_like_int_on_every_item() -> None:
     from loaders import RaggedBytes
     from loaders.reading.decode import int_column
 
-    for items in ([b"3", b"0", b"9"], [b"007", b"120", b"999"], [b"12", b"1", b"-3", b" 4\n"], [b"5"], []):
+    uniform_not_digits = [b"-3", b"12", b" 7", b"+1"]  # one width, but signs and spaces: parsed one by one
+    for items in (
+        [b"3", b"0", b"9"],
+        [b"007", b"120", b"999"],
+        [b"12", b"1", b"-3", b" 4\n"],
+        [b"5"],
+        [],
+        uniform_not_digits,
+    ):
         got = int_column(RaggedBytes.from_list(items))
         assert got.dtype == torch.int64 and got.tolist() == [int(item) for item in items]
     with pytest.raises(ValueError):

@@ -105,9 +105,9 @@ def int_column(column: RaggedBytes) -> torch.Tensor:
     total = int(column.offsets[-1]) - start
     width = total // count if count else 0
     if 0 < width <= 18 and width * count == total:
-        raw = np.frombuffer(column.buffer, np.uint8, total, start)
-        if raw.min() >= 48 and raw.max() <= 57 and (width == 1 or (np.diff(column.offsets) == width).all()):
-            digits = raw.reshape(count, width).astype(np.int64) - 48  # "0" is 48
+        digits = np.frombuffer(column.buffer, np.uint8, total, start) - 48  # "0" is 48; below it wraps past 9
+        if digits.max() <= 9 and (width == 1 or (np.diff(column.offsets) == width).all()):
+            digits = digits.reshape(count, width).astype(np.int64)
             values = (
                 digits[:, 0] if width == 1 else digits @ (10 ** np.arange(width - 1, -1, -1, dtype=np.int64))
             )
