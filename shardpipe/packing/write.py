@@ -91,6 +91,7 @@ class ShardFile:
             self.abort()
 
     def write_batch(self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Column]) -> None:
+        self._flush()  # samples added before it go first
         self._writer.write_batch(keys, names, columns)
         self.num_samples += len(keys)
 
