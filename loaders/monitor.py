@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -24,10 +24,6 @@ from loaders.distributed.world import get_world
 
 T = TypeVar("T")
 Clock = Callable[[], float]
-# Order of the floats gathered over ranks; EpochStats is rebuilt from them on every rank.
-_GATHERED = (
-    "rank", "steps", "samples", "num_bytes", "wait_s", "step_s", "wall_s", "first_batch_s", "peak_gpu",
-)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -62,6 +58,10 @@ class EpochStats:
     @property
     def samples_per_s(self) -> float:
         return self.samples / self.wall_s if self.wall_s > 0 else 0.0
+
+
+# The floats gathered over ranks, in this order; EpochStats is rebuilt from them on every rank.
+_GATHERED = tuple(f.name for f in fields(EpochStats))
 
 
 def count_samples(batch: Any) -> int:
