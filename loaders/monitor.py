@@ -8,6 +8,9 @@ every epoch are excluded from the epoch's numbers (the first one's wait is kept 
 
 ``summary_line()`` gathers each rank's numbers (one all_gather of a small float tensor when
 torch.distributed is initialized, so every rank must call it) and returns one line naming the slowest rank.
+
+Public: :class:`InputMonitor` (also ``loaders.InputMonitor``) and :class:`EpochStats`, what ``gather()``
+returns per rank.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from loaders.distributed.world import get_world
+
+__all__ = ["EpochStats", "InputMonitor"]
 
 T = TypeVar("T")
 Clock = Callable[[], float]
