@@ -24,7 +24,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDa
 from bench import lmdb_loop
 from bench.data import Dataset as BenchData
 from bench.data import label_of
-from loaders import ShardedDataset, collate_samples, make_loader
+from loaders import ShardedDataset, make_loader
+from loaders.batches import collate_samples
 from loaders.transfer.transport import Transport
 
 NAMES = (

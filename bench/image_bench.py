@@ -28,7 +28,8 @@ from bench.image_contenders import LIMIT, LIMIT_256, ImageSource, is_limit
 from bench.image_data import IMAGE_PROFILES, PREPARED_MAX_SIDE, QUICK_IMAGE_PROFILES, prepare_images
 from bench.image_limit import columns_of
 from bench.image_run import run_image_once, summarize_image
-from loaders import RaggedBytes, ShardedDataset
+from loaders import ShardedDataset
+from loaders.batches import RaggedBytes
 
 WINDOWS = {"images": (5, 80), "images-large": (2, 24)}  # (warmup, steps): about 5,000 and 1,500 photos
 QUICK_WINDOWS = {"images": (1, 3), "images-large": (1, 2)}

@@ -18,7 +18,9 @@ from typing import Any
 
 import torch
 
-from loaders import DecodeContext, RaggedBytes, RandomResizedCrop
+from loaders import RandomResizedCrop
+from loaders.batches import RaggedBytes
+from loaders.decoding import DecodeContext
 from loaders.reading.decode import ColumnDecoder
 
 JOIN_TIMEOUT_S = 600.0

@@ -24,7 +24,7 @@ from bench.compute import BusyStep, ImageGpuStep
 from bench.contenders import LoaderSettings
 from bench.image_contenders import ImageSource, build_image, is_limit, set_epoch
 from bench.system import PeakRss
-from loaders import RaggedBytes
+from loaders.batches import RaggedBytes
 from loaders.monitor import InputMonitor
 
 MB = 1e6

@@ -1,4 +1,17 @@
-"""Runtime loaders for datasets packed by ``shardpipe pack``: what a DDP training script imports."""
+"""Runtime loaders for datasets packed by ``shardpipe pack``: what a DDP training script imports.
+
+``__all__`` is the dataset, the loader, remote reading, the image crops, the sync tools and their errors,
+exact metrics and the input monitor. The rest has its own public home: :mod:`loaders.planning` (the pure
+planner), :mod:`loaders.decoding` (decoders of your own), :mod:`loaders.batches` (what a batch is made
+of), :mod:`loaders.monitor` (``EpochStats``). Their old names here still import, with a
+``DeprecationWarning`` naming the new place, for one release.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
 
 from loaders.dataset import ShardedDataset
 from loaders.distributed.metrics import DistributedMetrics
@@ -10,42 +23,46 @@ from loaders.distributed.sync import (
     validate_dataloader_sync,
 )
 from loaders.loader import ShardedLoader, make_loader
-from loaders.monitor import EpochStats, InputMonitor
-from loaders.planning.elastic import Segment, remaining_runs
-from loaders.planning.planner import PlanConfig, Span, Window, plan_epoch, plan_windows
-from loaders.reading.decode import ColumnDecoder, DecodeContext, column_decoder
+from loaders.monitor import InputMonitor
 from loaders.reading.images import CenterCrop, RandomResizedCrop
 from loaders.reading.source import RemoteOptions
-from loaders.transfer.collate import Batch, RaggedBytes, collate_samples
-from loaders.transfer.transport import RingStalledError
 
 __all__ = [
-    "Batch",
     "CenterCrop",
-    "ColumnDecoder",
-    "DecodeContext",
     "DistributedMetrics",
-    "EpochStats",
     "InputMonitor",
-    "PlanConfig",
-    "RaggedBytes",
     "RandomResizedCrop",
     "RankTimeoutError",
     "RemoteOptions",
-    "RingStalledError",
-    "Segment",
     "ShardedDataset",
     "ShardedLoader",
-    "Span",
     "StepCountMismatchError",
-    "Window",
-    "collate_samples",
-    "column_decoder",
     "epoch_barrier",
     "guarded",
     "make_loader",
-    "plan_epoch",
-    "plan_windows",
-    "remaining_runs",
     "validate_dataloader_sync",
 ]
+
+DEPRECATED: dict[str, str] = {
+    **dict.fromkeys(
+        ["PlanConfig", "Segment", "Span", "Window", "plan_epoch", "plan_windows", "remaining_runs"],
+        "loaders.planning",
+    ),
+    **dict.fromkeys(["ColumnDecoder", "DecodeContext", "column_decoder"], "loaders.decoding"),
+    **dict.fromkeys(["Batch", "RaggedBytes", "RingStalledError", "collate_samples"], "loaders.batches"),
+    "EpochStats": "loaders.monitor",
+}
+"""Names this package exported before the public API was narrowed, and the module that now holds each."""
+
+
+def __getattr__(name: str) -> Any:
+    """Resolve a deprecated name from its new home, warning where it was used (PEP 562)."""
+    home = DEPRECATED.get(name)
+    if home is None:
+        raise AttributeError(f"module 'loaders' has no attribute {name!r}")
+    warnings.warn(
+        f"loaders.{name} is deprecated and goes in the next release: import it from {home} ({home}.{name})",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(home), name)

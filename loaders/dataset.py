@@ -2,9 +2,9 @@
 
 Each (rank, worker) reads the windows ``loaders.planning.planner.plan_windows`` gives it, so every rank yields
 exactly ``len(dataset)`` samples and the order depends only on (manifest, world size, workers, seed,
-epoch). A window's spans are read, then yielded in its seeded permutation (cut out of the read buffer in
-that order where the format can): one window of samples is held per worker. A resumed pass skips the
-samples consumed before the save without reading them.
+epoch). A window's spans are read by ``loaders.reading.windows`` (which applies ``on_error``), then yielded
+in its seeded permutation: one window of samples is held per worker. A resumed pass skips the samples
+consumed before the save without reading them.
 
 The epoch and the resume point live in ``loaders.planning.position.Position`` (shared memory), so
 ``set_epoch`` reaches DataLoader workers whether they are persistent or not, under fork and spawn.
@@ -12,14 +12,12 @@ The epoch and the resume point live in ``loaders.planning.position.Position`` (s
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
@@ -31,9 +29,7 @@ from loaders.planning.planner import (
     DEFAULT_SHUFFLE_BUFFER,
     PlanConfig,
     Remainder,
-    Run,
     Runs,
-    Window,
     epoch_runs,
     num_samples,
     plan_windows,
@@ -45,17 +41,14 @@ from loaders.reading.columns import Columns, Decoding, batches
 from loaders.reading.decode import ColumnDecoder, DecodeContext, DecodeError, Decoder, resolve_decoders
 from loaders.reading.readers import ShardReaders
 from loaders.reading.source import DatasetSource, RemoteOptions
+from loaders.reading.windows import OnError, WindowReader
 from loaders.transfer.chunks import chunks
 from loaders.transfer.heap import freeze_inherited_objects
-from shardpipe.errors import DataError
-from shardpipe.formats import bytecolumn, get_format
+from shardpipe.formats import get_format
 from shardpipe.manifest import Manifest
-
-log = logging.getLogger("loaders")
 
 MAX_WORKERS = 256  # slots in the shared error counter
 Sample = dict[str, Any]
-OnError = Literal["raise", "skip"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +73,17 @@ class ReadOptions:
             raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
         if self.chunk_batches < 1:
             raise ValueError(f"chunk_batches must be >= 1, got {self.chunk_batches}")
-        PlanConfig(1, 0, self.seed, self.shuffle, self.remainder, self.batch_size, self.block_size,
-                   self.shuffle_buffer)  # fmt: skip  # validates every planning field now, not in a worker
+        # Validates every planning field now, not in a worker.
+        PlanConfig(
+            world_size=1,
+            num_workers=0,
+            seed=self.seed,
+            shuffle=self.shuffle,
+            remainder=self.remainder,
+            batch_size=self.batch_size,
+            block_size=self.block_size,
+            shuffle_buffer=self.shuffle_buffer,
+        )
 
 
 class ShardedDataset(IterableDataset[Sample]):
@@ -125,7 +127,14 @@ class ShardedDataset(IterableDataset[Sample]):
         if block_size is None:
             block_size = default_block_size(self.manifest)
         self.options = ReadOptions(
-            split, shuffle, seed, remainder, shuffle_buffer, block_size, 1, on_error, check=check
+            split=split,
+            shuffle=shuffle,
+            seed=seed,
+            remainder=remainder,
+            shuffle_buffer=shuffle_buffer,
+            block_size=block_size,
+            on_error=on_error,
+            check=check,
         )
         self.shards = self.manifest.split_shards(split)
         self.shard_sizes = [s.num_samples for s in self.shards]
@@ -178,8 +187,16 @@ class ShardedDataset(IterableDataset[Sample]):
 
     def plan_config(self, num_workers: int) -> PlanConfig:
         o = self.options
-        return PlanConfig(self.world_size, num_workers, o.seed, o.shuffle, o.remainder, o.batch_size,
-                          o.block_size, o.shuffle_buffer)  # fmt: skip
+        return PlanConfig(
+            world_size=self.world_size,
+            num_workers=num_workers,
+            seed=o.seed,
+            shuffle=o.shuffle,
+            remainder=o.remainder,
+            batch_size=o.batch_size,
+            block_size=o.block_size,
+            shuffle_buffer=o.shuffle_buffer,
+        )
 
     def __len__(self) -> int:
         """Samples this rank yields in a full epoch (the same on every rank)."""
@@ -237,12 +254,20 @@ class ShardedDataset(IterableDataset[Sample]):
             self.source.plan([self.shards[i] for k, i in enumerate(order) if k == 0 or order[k - 1] != i])
         per_rank = samples_per_rank(num_samples(runs), self.world_size, config.remainder)
         skip = consumed_count(config, per_rank, role, resumed_batches)
-        columns = self._read_windows(windows, skip, worker_index)
+        shard_paths = [shard.path for shard in self.shards]
+        count_errors = partial(self._count_errors, worker_index)
+        reader = WindowReader(
+            readers=self._readers,
+            fields=self.manifest.fields,
+            shard_paths=shard_paths,
+            on_error=self.options.on_error,
+            count_errors=count_errors,
+        )
+        columns = reader.read(windows, skip)
         context = DecodeContext(self.options.seed, epoch, skip=self.options.on_error == "skip")
         if self.batched:
             per_chunk = self.options.chunk_batches
-            decoding = Decoding(self.decoders, context, [s.path for s in self.shards],
-                                lambda count: self._count_errors(worker_index, count))  # fmt: skip
+            decoding = Decoding(self.decoders, context, shard_paths, count_errors)
             cut = batches(columns, self.options.batch_size * per_chunk, decoding if self.decoders else None)
             return cut if per_chunk == 1 else chunks(cut, worker_index)
         if not self.decoders and self.transform is None:
@@ -263,90 +288,6 @@ class ShardedDataset(IterableDataset[Sample]):
         if history:
             return _remaining(tuple(self.shard_sizes), history, epoch)
         return epoch_runs(self.shard_sizes, self.plan_config(0), epoch)
-
-    def _read_windows(self, windows: list[Window], skip: int, worker_index: int) -> Iterator[Columns]:
-        """Each window's columns in yield order, the first ``skip`` samples (consumed before a resume) left
-        out: whole windows among them are not even read."""
-        for window in windows:
-            size = len(window)
-            if skip >= size:
-                skip -= size
-                continue
-            yield self._read_window(window, window.permutation()[skip:], worker_index)
-            skip = 0
-
-    def _read_window(self, window: Window, order: np.ndarray, worker_index: int) -> Columns:
-        """The window's samples at ``order`` (positions in read order): all its shards read together and
-        cut out in that order when the format can (``Format.read_across``), else one reader call per run
-        of spans in the same shard, then reordered; with on_error='skip' a bad sample becomes a flagged
-        copy of a good one."""
-        runs = window.runs
-        try:
-            joined = self._readers.read_window(runs, self.manifest.fields, order)
-        except DataError:
-            if self.options.on_error == "raise":
-                raise
-            joined = None  # shard by shard below, which finds the bad samples
-        if joined is not None:
-            lengths = [run.stop - run.start for run in runs]
-            pads = np.repeat([bool(run.is_pad) for run in runs], lengths)[order].tolist()
-            shards = np.repeat([run.shard_index for run in runs], lengths)[order].tolist()
-            return Columns(self.manifest.fields, joined[0], joined[1], pads, shards)
-        pieces: list[Columns] = []
-        bad: list[int] = []
-        first = 0
-        while first < len(runs):
-            last = first + 1
-            while last < len(runs) and runs[last].shard_index == runs[first].shard_index:
-                last += 1
-            group = runs[first:last]
-            try:
-                pieces.append(self._read_group(group))
-            except DataError:
-                if self.options.on_error == "raise":
-                    raise
-                for run in group:  # find the bad samples span by span
-                    self._read_run_skipping(pieces, run, bad, worker_index)
-            first = last
-        columns = Columns.concat(self.manifest.fields, pieces)
-        if bad:
-            _replace_errors(columns, bad, [self.shards[run.shard_index].path for run in runs])
-        return columns.take(order.tolist())
-
-    def _read_group(self, group: list[Run]) -> Columns:
-        """The samples of spans of one shard, all or none."""
-        shard_index = group[0].shard_index
-        with self._readers.reading(shard_index) as reader:
-            keys, fields = reader.read_runs([(run.start, run.stop) for run in group], self.manifest.fields)
-        expected = sum(run.stop - run.start for run in group)
-        if len(keys) != expected:
-            raise DataError(
-                f"{self.shards[shard_index].path}: read {len(keys)} samples, expected {expected}; truncated? "
-                "run `shardpipe verify`"
-            )
-        pads = [bool(run.is_pad) for run in group for _ in range(run.stop - run.start)]
-        return Columns(self.manifest.fields, keys, fields, pads, [shard_index] * len(pads))
-
-    def _read_run_skipping(self, pieces: list[Columns], run: Run, bad: list[int], worker_index: int) -> None:
-        """Read one span sample range by sample range, leaving a placeholder for each unreadable sample
-        (``bad`` gets its position in the window ``pieces`` make up)."""
-        shard_index, start, stop, is_pad = run
-        while start < stop:
-            try:
-                pieces.append(self._read_group([Run(shard_index, start, stop, is_pad)]))
-                return
-            except DataError as exc:
-                failed = getattr(exc, "sample_index", None)
-                failed = failed if failed is not None and start <= failed < stop else start
-                log.warning("skipping unreadable sample %d of %s: %s", failed,
-                            self.shards[shard_index].path, exc)  # fmt: skip
-                self._count_errors(worker_index, 1)
-                if failed > start:  # the samples ahead of the bad one are good
-                    pieces.append(self._read_group([Run(shard_index, start, failed, is_pad)]))
-                bad.append(sum(map(len, pieces)))
-                names = self.manifest.fields
-                pieces.append(Columns(names, [""], {name: [b""] for name in names}, [True], [shard_index]))
-                start = failed + 1
 
     def _finished(
         self, windows: Iterator[Columns], context: DecodeContext, worker_index: int
@@ -375,19 +316,3 @@ class ShardedDataset(IterableDataset[Sample]):
 @lru_cache(maxsize=8)
 def _remaining(shard_sizes: tuple[int, ...], history: tuple[Segment, ...], epoch: int) -> Runs:
     return remaining_runs(shard_sizes, history, epoch)
-
-
-def _replace_errors(columns: Columns, bad: list[int], paths: list[str]) -> None:
-    """Fill each unreadable slot with a copy of a readable sample of the window, flagged as a pad."""
-    unreadable = set(bad)
-    good = next((i for i in range(len(columns)) if i not in unreadable), None)
-    if good is None:
-        names = ", ".join(sorted(set(paths)))
-        raise DataError(f"every sample of a read window in {names} is unreadable; run `shardpipe verify`")
-    for i in bad:
-        columns.keys[i] = columns.keys[good]
-        columns.pads[i] = True
-    order = np.arange(len(columns))
-    order[bad] = good
-    for name in columns.names:
-        columns.fields[name] = bytecolumn.take(columns.fields[name], order)

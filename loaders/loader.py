@@ -44,8 +44,15 @@ RESULT_PIPE_BYTES = 1 << 20
 class ShardedLoader(DataLoader[Any]):
     """A DataLoader whose length is exact and whose epoch and position are managed (see the module doc)."""
 
-    def __init__(self, dataset: ShardedDataset, batch_size: int, *, enlarge_pipe: bool = True,
-                 transport: Transport = "auto", **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        dataset: ShardedDataset,
+        batch_size: int,
+        *,
+        enlarge_pipe: bool = True,
+        transport: Transport = "auto",
+        **kwargs: Any,
+    ) -> None:
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
         if dataset.batched:  # the workers build whole batches: the DataLoader only forwards them

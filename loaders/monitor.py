@@ -8,6 +8,9 @@ every epoch are excluded from the epoch's numbers (the first one's wait is kept 
 
 ``summary_line()`` gathers each rank's numbers (one all_gather of a small float tensor when
 torch.distributed is initialized, so every rank must call it) and returns one line naming the slowest rank.
+
+Public: :class:`InputMonitor` (also ``loaders.InputMonitor``) and :class:`EpochStats`, what ``gather()``
+returns per rank.
 """
 
 from __future__ import annotations
@@ -15,19 +18,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
 import torch
 
 from loaders.distributed.world import get_world
 
+__all__ = ["EpochStats", "InputMonitor"]
+
 T = TypeVar("T")
 Clock = Callable[[], float]
-# Order of the floats gathered over ranks; EpochStats is rebuilt from them on every rank.
-_GATHERED = (
-    "rank", "steps", "samples", "num_bytes", "wait_s", "step_s", "wall_s", "first_batch_s", "peak_gpu",
-)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -62,6 +63,10 @@ class EpochStats:
     @property
     def samples_per_s(self) -> float:
         return self.samples / self.wall_s if self.wall_s > 0 else 0.0
+
+
+# The floats gathered over ranks, in this order; EpochStats is rebuilt from them on every rank.
+_GATHERED = tuple(f.name for f in fields(EpochStats))
 
 
 def count_samples(batch: Any) -> int:

@@ -148,7 +148,7 @@ def test_cls_rows_are_judged_against_their_raw_rows(quick: tuple[dict, Path, Pat
 def test_cls_rows_decode_labels_on_the_batch_path() -> None:
     """``decode={"cls": "cls"}``: one int64 tensor per batch; the raw row keeps bytes; W=0 as well."""
     from bench import contenders, data
-    from loaders import RaggedBytes
+    from loaders.batches import RaggedBytes
 
     dataset = data.prepare(data.QUICK_PROFILES["small"], ROOT / "bench-results" / "cache", log=False)
     settings = contenders.LoaderSettings(batch_size=16, num_workers=0)

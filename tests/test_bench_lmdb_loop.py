@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from bench import contenders, lmdb_loop
 from bench.data import QUICK_PROFILES
 from bench.data import Dataset as BenchData
-from loaders import collate_samples
+from loaders.batches import collate_samples
 
 pytestmark = pytest.mark.bench
 

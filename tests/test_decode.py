@@ -57,7 +57,7 @@ def test_mappings_name_fields_and_decoders() -> None:
 
 
 def test_an_int_column_parses_like_int_on_every_item() -> None:
-    from loaders import RaggedBytes
+    from loaders.batches import RaggedBytes
     from loaders.reading.decode import int_column
 
     uniform_not_digits = [b"-3", b"12", b" 7", b"+1"]  # one width, but signs and spaces: parsed one by one

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 import torch
 
-from loaders import RaggedBytes, ShardedDataset, ShardedLoader, collate_samples, column_decoder, make_loader
+from loaders import ShardedDataset, ShardedLoader, make_loader
+from loaders.batches import RaggedBytes, collate_samples
+from loaders.decoding import column_decoder
 from loaders.loader import RESULT_PIPE_BYTES, enlarge_result_pipe
 from tests.datagen import pack_dataset
 from tests.test_dataset import damage

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from loaders.monitor import EpochStats, InputMonitor, count_samples, format_line
+from loaders.monitor import _GATHERED, EpochStats, InputMonitor, _from_row, count_samples, format_line
 from loaders.transfer.collate import RaggedBytes
 
 
@@ -100,6 +100,14 @@ def test_summary_line_names_the_slowest_rank_and_the_verdict() -> None:
     for _ in single:
         pass
     assert "rank(s)" in single.summary_line() and "slowest rank 0" in single.summary_line()
+
+
+def test_a_gathered_row_rebuilds_every_field_of_a_ranks_stats() -> None:
+    """The floats one rank sends in ``gather()`` carry all of EpochStats, counts coming back as ints."""
+    stats = EpochStats(2, 10, 100, 1000, 0.25, 1.5, 2.0, 0.125, 4096.0)
+    rebuilt = _from_row([float(getattr(stats, name)) for name in _GATHERED])
+    assert rebuilt == stats
+    assert all(isinstance(getattr(rebuilt, name), int) for name in ("rank", "steps", "samples", "num_bytes"))
 
 
 def test_bad_arguments_are_refused_with_the_value() -> None:

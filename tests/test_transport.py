@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from loaders import Batch, RaggedBytes, ShardedDataset, ShardedLoader, collate_samples, make_loader
+from loaders import ShardedDataset, ShardedLoader, make_loader
+from loaders.batches import Batch, RaggedBytes, collate_samples
 from loaders.planning.planner import worker_sample_counts
 from loaders.transfer import transport as tp
 from loaders.transfer.transport import (

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from loaders import RaggedBytes, collate_samples
+from loaders.batches import RaggedBytes, collate_samples
 from loaders.transfer.transport import EXTRA_SLOTS, Layout, Ring, RingSender, slot_bytes_for, split_batch
 
 TRANSPORTS = ("pipe-64k", "pipe-1m", "ring", "floor")

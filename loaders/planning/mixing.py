@@ -41,6 +41,10 @@ def warn_if_poorly_mixed(manifest: Manifest, options: Any, where: object) -> Non
         "%s is packed in key order (labelled, %d classes) and each shuffle window holds only %d blocks "
         "(shuffle_buffer=%d / block_size=%d): batches will hold few classes. Use block_size <= %d or a "
         "larger shuffle_buffer, or repack with `shardpipe pack --order hashed`",
-        where, len(manifest.classes), blocks, options.shuffle_buffer, options.block_size,
+        where,
+        len(manifest.classes),
+        blocks,
+        options.shuffle_buffer,
+        options.block_size,
         max(options.shuffle_buffer // MIN_BLOCKS_PER_WINDOW, 1),
-    )  # fmt: skip
+    )

@@ -41,8 +41,8 @@ class DecodeError(DataError):
 
     @classmethod
     def at(cls, name: str, key: str, shard: str, detail: str, index: int = 0) -> DecodeError:
-        return cls(f"cannot decode field {name!r} of sample {key!r} (shard {shard}): {detail}", index=index,
-                   detail=detail)  # fmt: skip
+        message = f"cannot decode field {name!r} of sample {key!r} (shard {shard}): {detail}"
+        return cls(message, index=index, detail=detail)
 
 
 @dataclass(slots=True)

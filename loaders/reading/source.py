@@ -55,8 +55,13 @@ class DatasetSource:
         self._store: Store | None = store if self.remote else None
         self._cache: ShardCache | None = None
         if self.remote and remote.cache:
-            self._cache = ShardCache(store.root, remote.cache_dir, remote.cache_limit, remote.prefetch,
-                                     remote.storage_options)  # fmt: skip
+            self._cache = ShardCache(
+                store.root,
+                cache_dir=remote.cache_dir,
+                cache_limit=remote.cache_limit,
+                prefetch=remote.prefetch,
+                storage_options=remote.storage_options,
+            )
         self.cached = self._cache is not None or not self.remote
 
     def index(self, entry: ShardEntry, *, check: bool) -> ShardIndex | None:
@@ -66,15 +71,17 @@ class DatasetSource:
         fields, version = self.manifest.fields, self.manifest.index_version
         sha256 = entry.index_sha256 if check else None
         if self._store is None:
-            return ShardIndex.read(self.root / entry.index_path, entry.num_samples, fields, version=version,
-                                   sha256=sha256)  # fmt: skip
+            path = self.root / entry.index_path
+            return ShardIndex.read(path, entry.num_samples, fields, version=version, sha256=sha256)
         if self._cache is not None and (ref := self._index_ref(entry)) is not None:
             # Indexes go through the node cache too: fetched once per node, not once per worker and epoch.
             with self._cache.local(ref.path, ref.sha256, ref.num_bytes) as path:
                 return ShardIndex.read(path, entry.num_samples, fields, version=version, sha256=sha256)
         data = self._store.read(entry.index_path)
-        return ShardIndex.from_bytes(data, entry.num_samples, fields, version=version, sha256=sha256,
-                                     name=f"{self.display}/{entry.index_path}")  # fmt: skip
+        name = f"{self.display}/{entry.index_path}"
+        return ShardIndex.from_bytes(
+            data, entry.num_samples, fields, version=version, sha256=sha256, name=name
+        )
 
     @contextmanager
     def shard(self, entry: ShardEntry) -> Iterator[Path]:

@@ -1,0 +1,138 @@
+"""Reading a worker's planned windows into columns, under the ``on_error`` policy.
+
+A window's spans are read together when the format can (all its shards in one pass, cut out in the
+window's permutation), else one reader call per run of spans in the same shard, then reordered. Under
+``on_error="skip"`` a failed read is retried shard by shard, and a failing shard span by span, down to the
+bad samples: each becomes a flagged copy of a readable sample of the same window, so a window keeps its
+length and every rank its step count. Under ``"raise"`` the first ``DataError`` propagates unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from loaders.planning.planner import Run, Window
+from loaders.reading.columns import Columns
+from loaders.reading.readers import ShardReaders
+from shardpipe.errors import DataError
+from shardpipe.formats import bytecolumn
+
+log = logging.getLogger("loaders")
+
+OnError = Literal["raise", "skip"]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowReader:
+    """Reads windows of one split through one process's open shard readers; ``shard_paths[i]`` names shard
+    i in messages, and ``count_errors(n)`` is told of every ``n`` samples skipped as unreadable."""
+
+    readers: ShardReaders
+    fields: tuple[str, ...]
+    shard_paths: Sequence[str]
+    on_error: OnError = "raise"
+    count_errors: Callable[[int], None] = lambda count: None
+
+    def read(self, windows: Sequence[Window], skip: int) -> Iterator[Columns]:
+        """Each window's columns in yield order, the first ``skip`` samples (consumed before a resume) left
+        out: whole windows among them are not even read."""
+        for window in windows:
+            size = len(window)
+            if skip >= size:
+                skip -= size
+                continue
+            yield self.read_window(window, window.permutation()[skip:])
+            skip = 0
+
+    def read_window(self, window: Window, order: np.ndarray) -> Columns:
+        """The window's samples at ``order`` (positions in read order): all its shards read together and
+        cut out in that order when the format can (``Format.read_across``), else shard by shard."""
+        runs = window.runs
+        try:
+            joined = self.readers.read_window(runs, self.fields, order)
+        except DataError:
+            if self.on_error == "raise":
+                raise
+            joined = None  # shard by shard below, which finds the bad samples
+        if joined is not None:
+            lengths = [run.stop - run.start for run in runs]
+            pads = np.repeat([bool(run.is_pad) for run in runs], lengths)[order].tolist()
+            shards = np.repeat([run.shard_index for run in runs], lengths)[order].tolist()
+            return Columns(self.fields, joined[0], joined[1], pads, shards)
+        pieces: list[Columns] = []
+        bad: list[int] = []
+        first = 0
+        while first < len(runs):
+            last = first + 1
+            while last < len(runs) and runs[last].shard_index == runs[first].shard_index:
+                last += 1
+            group = runs[first:last]
+            try:
+                pieces.append(self._read_group(group))
+            except DataError:
+                if self.on_error == "raise":
+                    raise
+                for run in group:  # find the bad samples span by span
+                    self._read_run_skipping(pieces, run, bad)
+            first = last
+        columns = Columns.concat(self.fields, pieces)
+        if bad:
+            _replace_errors(columns, bad, [self.shard_paths[run.shard_index] for run in runs])
+        return columns.take(order.tolist())
+
+    def _read_group(self, group: Sequence[Run]) -> Columns:
+        """The samples of spans of one shard, all or none."""
+        shard_index = group[0].shard_index
+        with self.readers.reading(shard_index) as reader:
+            keys, fields = reader.read_runs([(run.start, run.stop) for run in group], self.fields)
+        expected = sum(run.stop - run.start for run in group)
+        if len(keys) != expected:
+            raise DataError(
+                f"{self.shard_paths[shard_index]}: read {len(keys)} samples, expected {expected}; truncated? "
+                "run `shardpipe verify`"
+            )
+        pads = [bool(run.is_pad) for run in group for _ in range(run.stop - run.start)]
+        return Columns(self.fields, keys, fields, pads, [shard_index] * len(pads))
+
+    def _read_run_skipping(self, pieces: list[Columns], run: Run, bad: list[int]) -> None:
+        """Read one span sample range by sample range, leaving a placeholder for each unreadable sample
+        (``bad`` gets its position in the window ``pieces`` make up)."""
+        shard_index, start, stop, is_pad = run
+        while start < stop:
+            try:
+                pieces.append(self._read_group([Run(shard_index, start, stop, is_pad)]))
+                return
+            except DataError as exc:
+                failed = getattr(exc, "sample_index", None)
+                failed = failed if failed is not None and start <= failed < stop else start
+                log.warning(
+                    "skipping unreadable sample %d of %s: %s", failed, self.shard_paths[shard_index], exc
+                )
+                self.count_errors(1)
+                if failed > start:  # the samples ahead of the bad one are good
+                    pieces.append(self._read_group([Run(shard_index, start, failed, is_pad)]))
+                bad.append(sum(map(len, pieces)))
+                names = self.fields
+                pieces.append(Columns(names, [""], {name: [b""] for name in names}, [True], [shard_index]))
+                start = failed + 1
+
+
+def _replace_errors(columns: Columns, bad: list[int], paths: list[str]) -> None:
+    """Fill each unreadable slot with a copy of a readable sample of the window, flagged as a pad."""
+    unreadable = set(bad)
+    good = next((i for i in range(len(columns)) if i not in unreadable), None)
+    if good is None:
+        names = ", ".join(sorted(set(paths)))
+        raise DataError(f"every sample of a read window in {names} is unreadable; run `shardpipe verify`")
+    for i in bad:
+        columns.keys[i] = columns.keys[good]
+        columns.pads[i] = True
+    order = np.arange(len(columns))
+    order[bad] = good
+    for name in columns.names:
+        columns.fields[name] = bytecolumn.take(columns.fields[name], order)
