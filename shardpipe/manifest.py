@@ -25,7 +25,7 @@ from typing import Any
 
 from shardpipe.errors import DataError
 from shardpipe.formats import FORMAT_INFO, FORMAT_NAMES
-from shardpipe.formats.base import CHECKSUM_NAME, INDEX_VERSION
+from shardpipe.formats.terms import CHECKSUM_NAME, INDEX_VERSION, INDEX_VERSIONS
 from shardpipe.storage import ObjectNotFoundError, Store, open_store, redact_url, split_url
 from shardpipe.version import __version__
 
@@ -177,9 +177,10 @@ class Manifest:
             if (
                 not isinstance(index_version, int)
                 or isinstance(index_version, bool)
-                or index_version not in (1, 2)
+                or index_version not in INDEX_VERSIONS
             ):
-                raise ValueError(f"index_version {index_version!r} is not 1 or 2")
+                readable = " or ".join(map(str, INDEX_VERSIONS))
+                raise ValueError(f"index_version {index_version!r} is not {readable}")
             checksum = data["sample_checksum"]
             if checksum not in (CHECKSUM_NAME, None):
                 raise ValueError(f"sample_checksum {checksum!r} is not {CHECKSUM_NAME!r}")
