@@ -10,6 +10,10 @@ every reader checks) and ``content_sha256``, a digest of the rest of the manifes
 manifest itself (a field name, a count) is an error, not silently different data. Version-1 manifests
 still read, without per-sample checks, and say so once in the log. Anything malformed (bad JSON, wrong
 types, totals that disagree with the shards) raises :class:`DataError` naming the file.
+
+Part of the shared core (``shardpipe.manifest``, ``.errors``, ``.formats``, ``.storage``, ``.units``),
+which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it imports neither
+of them, nor the sources, tools or CLI (the import-linter contracts in pyproject.toml, run by ``make lint``).
 """
 
 from __future__ import annotations
