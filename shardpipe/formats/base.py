@@ -7,6 +7,9 @@ samples of any span ``[start, stop)``: with a ``ShardIndex`` it slices them out 
 sample offsets it parses them. Every sample is checked against its checksum unless the caller opts out
 (``check=False``) or the shard predates checksums. Readers hold a file or a mapping: create them in the
 process that reads (never before a fork) and close them. Nothing read from a shard is ever unpickled.
+
+The interface stands on the leaves :mod:`.terms` and :mod:`.readbuffer` and names the index's types
+(:mod:`.layout`); none of them imports it back.
 """
 
 from __future__ import annotations
