@@ -27,7 +27,7 @@ test-fast: setup
 	$(BIN)/python -m pytest -q -m "not (slow or dist or ray or s3 or bench)" $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/lint-imports && $(BIN)/mypy
 
 format: setup
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
@@ -48,4 +48,4 @@ bench-transfer: setup
 	$(BIN)/python -m bench.transfer --docs docs/benchmarks.md $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache bench-results demo-out
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .grimp_cache .import_linter_cache bench-results demo-out

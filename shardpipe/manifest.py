@@ -10,6 +10,10 @@ every reader checks) and ``content_sha256``, a digest of the rest of the manifes
 manifest itself (a field name, a count) is an error, not silently different data. Version-1 manifests
 still read, without per-sample checks, and say so once in the log. Anything malformed (bad JSON, wrong
 types, totals that disagree with the shards) raises :class:`DataError` naming the file.
+
+Part of the shared core (``shardpipe.manifest``, ``.errors``, ``.formats``, ``.storage``, ``.units``),
+which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it imports neither
+of them, nor the sources, tools or CLI (the import-linter contracts in pyproject.toml, run by ``make lint``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 
 from shardpipe.errors import DataError
 from shardpipe.formats import FORMAT_INFO, FORMAT_NAMES
-from shardpipe.formats.base import CHECKSUM_NAME, INDEX_VERSION
+from shardpipe.formats.terms import CHECKSUM_NAME, INDEX_VERSION, INDEX_VERSIONS
 from shardpipe.storage import ObjectNotFoundError, Store, open_store, redact_url, split_url
 from shardpipe.version import __version__
 
@@ -177,9 +181,10 @@ class Manifest:
             if (
                 not isinstance(index_version, int)
                 or isinstance(index_version, bool)
-                or index_version not in (1, 2)
+                or index_version not in INDEX_VERSIONS
             ):
-                raise ValueError(f"index_version {index_version!r} is not 1 or 2")
+                readable = " or ".join(map(str, INDEX_VERSIONS))
+                raise ValueError(f"index_version {index_version!r} is not {readable}")
             checksum = data["sample_checksum"]
             if checksum not in (CHECKSUM_NAME, None):
                 raise ValueError(f"sample_checksum {checksum!r} is not {CHECKSUM_NAME!r}")

@@ -22,9 +22,11 @@ from hypothesis import strategies as st
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.formats import all_formats, bytecolumn, framing, get_format, spanreader
 from shardpipe.formats import lmdb as lmdb_format
-from shardpipe.formats.base import ColumnsOut, Fields, Format
+from shardpipe.formats.base import Format
 from shardpipe.formats.layout import CHECKSUM, NO_SPAN, ShardIndex, shard_checksums
+from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.formats.spanreader import JOINED_BYTES
+from shardpipe.formats.terms import ColumnsOut, Fields
 from tests.datagen import read_with_webdataset
 
 FORMATS = sorted(all_formats())
@@ -458,7 +460,7 @@ def test_lmdb_a_record_longer_than_the_file_is_named_before_it_is_read(
 def test_read_buffer_keeps_what_was_written_when_it_grows() -> None:
     """A buffer filled piece by piece keeps its first ``keep`` bytes when a piece makes it grow, at least
     doubles then, and reuses its memory while it is large enough; a view taken earlier stays valid."""
-    buffer = spanreader.ReadBuffer()
+    buffer = ReadBuffer()
     first = buffer.view(3)
     first[:] = b"abc"
     grown = buffer.view(5, keep=3)
@@ -590,7 +592,7 @@ def test_read_across_agrees_with_reading_shard_by_shard(
             order = order[rng.integers(0, len(order) + 1) :]
         readers = [fmt.open_reader(p, i) for p, i in zip(paths, indexes, strict=True)]
         try:
-            buffer = spanreader.ReadBuffer()
+            buffer = ReadBuffer()
             with contextlib.suppress(CorruptShardError):  # leaves other bytes in the buffer
                 fmt.read_across([(reader, 0, 25) for reader in readers], ["bin"], buffer)
             try:
@@ -640,24 +642,24 @@ def test_read_across_leaves_to_the_caller_what_it_cannot_cut_together(
     monkeypatch.setattr(spanreader, "JOINED_MIN_SAMPLES", 4)
     both = write(fmt, tmp_path / "both.tar", some_samples(10))
     one = write(fmt, tmp_path / "one.tar", [(f"k{i}", {"bin": b"x"}) for i in range(10)])
-    buffer = spanreader.ReadBuffer()
+    buffer = ReadBuffer()
     with (
         cast(spanreader.SpanReader, fmt.open_reader(tmp_path / "both.tar", both)) as a,
         cast(spanreader.SpanReader, fmt.open_reader(tmp_path / "one.tar", one)) as b,
     ):
-        assert spanreader.read_across([(a, 0, 3)], ["bin"], buffer) is None
-        assert spanreader.read_across([(a, 0, 4)], ["bin"], buffer) is not None
-        assert spanreader.read_across([(a, 0, 2), (b, 0, 2)], ["bin"], buffer) is None
+        assert spanreader.SpanReader.read_across([(a, 0, 3)], ["bin"], buffer) is None
+        assert spanreader.SpanReader.read_across([(a, 0, 4)], ["bin"], buffer) is not None
+        assert spanreader.SpanReader.read_across([(a, 0, 2), (b, 0, 2)], ["bin"], buffer) is None
         monkeypatch.setattr(spanreader, "JOINED_BYTES", both.end - 1)
-        assert spanreader.read_across([(a, 0, 10)], ["bin"], buffer) is None
+        assert spanreader.SpanReader.read_across([(a, 0, 10)], ["bin"], buffer) is None
         monkeypatch.setattr(spanreader, "JOINED_BYTES", JOINED_BYTES)
         os.truncate(tmp_path / "both.tar", both[8])
         with pytest.raises(CorruptShardError, match=r"both\.tar.*sample 8"):
-            spanreader.read_across([(a, 0, 10)], ["bin"], buffer)
+            spanreader.SpanReader.read_across([(a, 0, 10)], ["bin"], buffer)
     remote = mock.Mock(name="remote", size=both.end)
     remote.name = "s3://bucket/both.tar"
     with cast(spanreader.SpanReader, fmt.open_reader(tmp_path / "both.tar", both, remote=remote)) as r:
-        assert spanreader.read_across([(r, 0, 10)], ["bin"], buffer) is None
+        assert spanreader.SpanReader.read_across([(r, 0, 10)], ["bin"], buffer) is None
 
 
 def _decode_each(records: Sequence[bytes], names: Sequence[str]) -> tuple[list[str], dict[str, list]]:

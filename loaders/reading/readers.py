@@ -18,9 +18,10 @@ import numpy as np
 
 from loaders.planning.planner import Run
 from loaders.reading.source import DatasetSource
-from shardpipe.formats.base import ColumnsOut, Format, ShardReader
+from shardpipe.formats.base import Format, ShardReader
 from shardpipe.formats.layout import ShardIndex
-from shardpipe.formats.spanreader import ReadBuffer
+from shardpipe.formats.readbuffer import ReadBuffer
+from shardpipe.formats.terms import ColumnsOut
 from shardpipe.manifest import ShardEntry
 
 MAX_OPEN_SHARDS = 64  # open shard readers per process: each holds a file descriptor or a mapping

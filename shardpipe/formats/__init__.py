@@ -3,6 +3,14 @@
 Each format module holds its writer and its reader (:mod:`.tar`, :mod:`.lmdb`, :mod:`.tfrecord`) and
 exposes one ``FORMAT`` object; :func:`get_format` imports only the module asked for, so a pack pays for
 its own format's libraries, not everyone's.
+
+Inside, imports point one way: the leaves (:mod:`.terms`, the shared words; :mod:`.readbuffer`), then
+the columns (:mod:`.bytecolumn`), the index (:mod:`.layout`) and the slicing by it (:mod:`.cutting`), then
+the interface (:mod:`.base`) and the readers and writers built on it.
+
+Part of the shared core (``shardpipe.manifest``, ``.errors``, ``.formats``, ``.storage``, ``.units``),
+which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it imports neither
+of them, nor the sources, tools or CLI (the import-linter contracts in pyproject.toml, run by ``make lint``).
 """
 
 from __future__ import annotations

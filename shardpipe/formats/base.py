@@ -7,6 +7,9 @@ samples of any span ``[start, stop)``: with a ``ShardIndex`` it slices them out 
 sample offsets it parses them. Every sample is checked against its checksum unless the caller opts out
 (``check=False``) or the shard predates checksums. Readers hold a file or a mapping: create them in the
 process that reads (never before a fork) and close them. Nothing read from a shard is ever unpickled.
+
+The interface stands on the leaves :mod:`.terms` and :mod:`.readbuffer` and names the index's types
+(:mod:`.layout`); none of them imports it back.
 """
 
 from __future__ import annotations
@@ -18,29 +21,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
+from shardpipe.formats.readbuffer import ReadBuffer
+from shardpipe.formats.terms import Column, ColumnsOut, Fields
+
 if TYPE_CHECKING:  # the CLI imports the registry for the format names: keep numpy out of its start-up
     import numpy as np
 
     from shardpipe.formats.layout import SampleLayout, ShardIndex
-    from shardpipe.formats.spanreader import ReadBuffer
 
 Offsets: TypeAlias = "ShardIndex | Sequence[int] | np.ndarray"
 """A shard's index, or just its ``num_samples + 1`` sample offsets (then the reader parses)."""
 
-Fields = dict[str, bytes]
-"""A sample's named fields: field name (the file extension, e.g. ``jpg``) -> raw bytes."""
-
 WRITE_BUFFER = 1 << 18
 """Writers' file buffer: large enough to batch small writes; larger sizes measured no faster (see
 docs/performance.md, "Formats")."""
-
-INDEX_VERSION = 2
-"""The index column layout written now (see :mod:`.layout`); the manifest records it."""
-CHECKSUM_NAME = "xxh3_64"
-"""The per-sample checksum, as the manifest names it (docs/performance.md, "Formats", has the choice)."""
-
-Column = Sequence[bytes | memoryview]
-"""One field's values for a batch of samples; a writer must not keep a ``memoryview`` past the call."""
 
 
 class ShardWriter(Protocol):
@@ -56,11 +50,6 @@ class ShardWriter(Protocol):
 
     def abort(self) -> None:
         """Release the file after a failure; the caller deletes the partial shard."""
-
-
-ColumnsOut = tuple[list[str], dict[str, Any]]
-"""Samples as columns: their keys, and for each field name its values in the same order as one
-:mod:`~shardpipe.formats.bytecolumn` column (``None`` where a sample lacks the field)."""
 
 
 class RemoteBytes(Protocol):

@@ -20,7 +20,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from shardpipe.formats.base import ColumnsOut
+from shardpipe.formats.terms import ColumnsOut
 
 ByteColumn: TypeAlias = Any
 """A ``pyarrow.LargeBinaryArray`` or a ``list[bytes | None]`` (pyarrow has no type hints)."""

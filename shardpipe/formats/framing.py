@@ -26,8 +26,8 @@ import xxhash
 
 from shardpipe.errors import DataError
 from shardpipe.formats import bytecolumn
-from shardpipe.formats.base import Column, ColumnsOut, Fields
 from shardpipe.formats.bytecolumn import ByteColumn
+from shardpipe.formats.terms import Column, ColumnsOut, Fields
 
 VERSION = 2
 VERSIONS = (1, 2)

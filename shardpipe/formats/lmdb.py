@@ -31,16 +31,7 @@ import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.formats import framing
-from shardpipe.formats.base import (
-    Column,
-    ColumnsOut,
-    Fields,
-    FormatBase,
-    Offsets,
-    ReaderBase,
-    RemoteBytes,
-    ShardReader,
-)
+from shardpipe.formats.base import FormatBase, Offsets, ReaderBase, RemoteBytes, ShardReader
 from shardpipe.formats.layout import (
     KEY_START,
     KEY_STOP,
@@ -51,7 +42,8 @@ from shardpipe.formats.layout import (
     ShardIndex,
     fixed_columns,
 )
-from shardpipe.formats.spanreader import ReadBuffer
+from shardpipe.formats.readbuffer import ReadBuffer
+from shardpipe.formats.terms import Column, ColumnsOut, Fields
 
 COUNT_KEY = b"__count__"
 VERSION_KEY = b"__shardpipe__"
@@ -245,9 +237,9 @@ class LmdbReader(ReaderBase):
 
     def read_runs(self, runs: Sequence[tuple[int, int]], names: Sequence[str]) -> ColumnsOut:
         """Every run through one read transaction, and the records decoded together
-        (:func:`_decode_parts`): a window reads hundreds of runs of a few samples."""
+        (:meth:`_decode_parts`): a window reads hundreds of runs of a few samples."""
         parts = [(self, start, stop) for start, stop in runs]
-        return _decode_parts(parts, names, self._buffer, version=self._version, check=self._check)
+        return self._decode_parts(parts, names, self._buffer, version=self._version, check=self._check)
 
     def _read(self, runs: Sequence[tuple[int, int]]) -> Iterator[tuple[str, Fields]]:
         self._check_runs(runs)
@@ -318,6 +310,72 @@ class LmdbReader(ReaderBase):
         except framing.FramingError as exc:
             raise CorruptShardError.at(self._shard, str(exc), sample_index=index) from exc
 
+    @staticmethod
+    def read_across(
+        parts: Sequence[Part], names: Sequence[str], buffer: ReadBuffer, order: np.ndarray | None = None
+    ) -> ColumnsOut | None:
+        """The records of ``parts`` from several shards of one dataset (readers open in this process), in
+        ``order``: one read transaction per shard and every record decoded together
+        (:meth:`_decode_parts`); ``None`` for no parts, or shards of different framing versions or checks.
+        A method of the reader class, not of one reader: it reads every reader of ``parts``."""
+        kinds = {(reader._version, reader._check) for reader, _, _ in parts}
+        if len(kinds) != 1:
+            return None
+        version, check = kinds.pop()
+        return LmdbReader._decode_parts(parts, names, buffer, version=version, check=check, order=order)
+
+    @staticmethod
+    def _decode_parts(
+        parts: Sequence[Part],
+        names: Sequence[str],
+        buffer: ReadBuffer,
+        *,
+        version: int,
+        check: bool,
+        order: np.ndarray | None = None,
+    ) -> ColumnsOut:
+        """The records of ``parts`` decoded together, in ``order`` (as :meth:`read_across` takes it): one read
+        transaction per shard, each shard's runs walked once (a shard's parts next to each other), a bad
+        record named by its shard and sample.
+
+        Small records are copied into ``buffer`` a piece at a time as they are walked, and decoded there
+        (:func:`framing.decode_joined`), so only a piece's views live at once and the window's bytes land in
+        memory already used (a fresh buffer per window costs a page fault per 4 KiB). Large ones, as the first
+        piece shows them, are decoded where they lie (:func:`framing.decode_many`).
+        """
+        joined, sizes, end = buffer.view(0), list[int](), 0
+        views: list[bytes | memoryview] = []
+        with ExitStack() as stack:
+            txns: dict[LmdbReader, lmdb.Transaction] = {}
+            for reader, group in groupby(parts, key=lambda part: part[0]):
+                runs = [(start, stop) for _, start, stop in group]
+                reader._check_runs(runs)
+                try:
+                    if reader not in txns:
+                        txns[reader] = stack.enter_context(reader._env.begin(buffers=True))
+                    for piece, lengths in reader._pieces(txns[reader], runs):
+                        size = sum(lengths)
+                        if views or not (sizes or framing.worth_joining(len(piece), size)):
+                            views += piece
+                            continue
+                        start, end = end, end + size
+                        joined = buffer.view(end, keep=start)
+                        joined[start:end] = b"".join(piece)
+                        sizes += lengths
+                except lmdb.Error as exc:
+                    raise CorruptShardError.at(
+                        reader._shard, f"LMDB: {exc}", sample_index=runs[0][0]
+                    ) from exc
+            try:
+                if sizes:
+                    return framing.decode_joined(
+                        joined, sizes, names, version=version, check=check, order=order
+                    )
+                return framing.decode_many(views, names, version=version, check=check, order=order)
+            except framing.RecordError as exc:
+                run, sample = _run_at(((start, stop) for _, start, stop in parts), exc.position)
+                raise CorruptShardError.at(parts[run][0]._shard, str(exc), sample_index=sample) from exc
+
     def scan(self) -> tuple[list[str], list[SampleLayout], int]:
         """Decode (and check) every record in key order, as the writer's ``close()`` describes them."""
         shard = self._shard
@@ -369,14 +427,7 @@ class LmdbFormat(FormatBase, format_name="lmdb"):
         buffer: ReadBuffer,
         order: np.ndarray | None = None,
     ) -> ColumnsOut | None:
-        """One read transaction per shard and every record decoded together (:func:`_decode_parts`);
-        ``None`` for no parts, or shards of different framing versions or checks."""
-        ours = cast(Sequence[Part], parts)
-        kinds = {(reader._version, reader._check) for reader, _, _ in ours}
-        if len(kinds) != 1:
-            return None
-        version, check = kinds.pop()
-        return _decode_parts(ours, names, buffer, version=version, check=check, order=order)
+        return LmdbReader.read_across(cast(Sequence[Part], parts), names, buffer, order)
 
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         with LmdbReader(path) as reader:
@@ -385,54 +436,6 @@ class LmdbFormat(FormatBase, format_name="lmdb"):
 
 Part = tuple[LmdbReader, int, int]
 """Samples ``[start, stop)`` of the shard a reader has open."""
-
-
-def _decode_parts(
-    parts: Sequence[Part],
-    names: Sequence[str],
-    buffer: ReadBuffer,
-    *,
-    version: int,
-    check: bool,
-    order: np.ndarray | None = None,
-) -> ColumnsOut:
-    """The records of ``parts`` decoded together, in ``order`` (as ``read_across`` takes it): one read
-    transaction per shard, each shard's runs walked once (a shard's parts next to each other), a bad
-    record named by its shard and sample.
-
-    Small records are copied into ``buffer`` a piece at a time as they are walked, and decoded there
-    (:func:`framing.decode_joined`), so only a piece's views live at once and the window's bytes land in
-    memory already used (a fresh buffer per window costs a page fault per 4 KiB). Large ones, as the first
-    piece shows them, are decoded where they lie (:func:`framing.decode_many`).
-    """
-    joined, sizes, end = buffer.view(0), list[int](), 0
-    views: list[bytes | memoryview] = []
-    with ExitStack() as stack:
-        txns: dict[LmdbReader, lmdb.Transaction] = {}
-        for reader, group in groupby(parts, key=lambda part: part[0]):
-            runs = [(start, stop) for _, start, stop in group]
-            reader._check_runs(runs)
-            try:
-                if reader not in txns:
-                    txns[reader] = stack.enter_context(reader._env.begin(buffers=True))
-                for piece, lengths in reader._pieces(txns[reader], runs):
-                    size = sum(lengths)
-                    if views or not (sizes or framing.worth_joining(len(piece), size)):
-                        views += piece
-                        continue
-                    start, end = end, end + size
-                    joined = buffer.view(end, keep=start)
-                    joined[start:end] = b"".join(piece)
-                    sizes += lengths
-            except lmdb.Error as exc:
-                raise CorruptShardError.at(reader._shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
-        try:
-            if sizes:
-                return framing.decode_joined(joined, sizes, names, version=version, check=check, order=order)
-            return framing.decode_many(views, names, version=version, check=check, order=order)
-        except framing.RecordError as exc:
-            run, sample = _run_at(((start, stop) for _, start, stop in parts), exc.position)
-            raise CorruptShardError.at(parts[run][0]._shard, str(exc), sample_index=sample) from exc
 
 
 FORMAT = LmdbFormat()

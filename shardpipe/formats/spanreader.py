@@ -4,8 +4,8 @@ A :class:`SpanReader` opens its file once, refuses a file shorter than its index
 and reads whole samples with one ``preadv`` per chunk into a buffer it reuses; the format subclass turns
 each chunk's bytes into samples. The file descriptor is closed by ``close()``, by ``with``, or when the
 reader is dropped. A reader holds no state a fork would break (``preadv`` has no file position), but like
-every reader it is meant to be created in the process that uses it. :func:`read_across` reads runs of
-several such shards (a loader's window) into one buffer and cuts them together.
+every reader it is meant to be created in the process that uses it. :meth:`SpanReader.read_across` reads
+runs of several such shards (a loader's window) into one buffer and cuts them together.
 """
 
 from __future__ import annotations
@@ -20,19 +20,9 @@ from typing import TypeVar, cast
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.formats.base import (
-    ColumnsOut,
-    Fields,
-    FormatBase,
-    Offsets,
-    ReaderBase,
-    RemoteBytes,
-    ShardReader,
-)
-from shardpipe.formats.layout import (
-    OFFSET,
+from shardpipe.formats.base import FormatBase, Offsets, ReaderBase, RemoteBytes, ShardReader
+from shardpipe.formats.cutting import (
     Rows,
-    ShardIndex,
     add_samples,
     check_spans,
     column_specs,
@@ -41,40 +31,25 @@ from shardpipe.formats.layout import (
     cut_samples,
     is_plain,
 )
+from shardpipe.formats.layout import OFFSET, ShardIndex
+from shardpipe.formats.readbuffer import ReadBuffer
+from shardpipe.formats.terms import ColumnsOut, Fields
 
 T = TypeVar("T")
 READ_CHUNK = 1 << 20
 """Bytes of whole samples per read (one sample may exceed it): small enough that a chunk is still in the
 CPU cache when its samples are checked and sliced (docs/performance.md, "Formats")."""
 JOINED_BYTES = 4 << 20
-"""Bytes of all runs of one :func:`read_across` call up to which they are read into one buffer and cut
-together."""
+"""Bytes of all runs of one :meth:`SpanReader.read_across` call up to which they are read into one buffer
+and cut together."""
 JOINED_MIN_SAMPLES = 128
-"""Samples a :func:`read_across` call needs before the one-buffer path pays for its fixed cost (a few
-dozen numpy calls); fewer go run by run (docs/performance.md, "Formats")."""
-
-
-class ReadBuffer:
-    """One buffer reused by every read of a reader (or of a dataset's windows), grown as needed: a fresh
-    buffer per read costs a page fault per 4 KiB."""
-
-    __slots__ = ("_data",)
-
-    def __init__(self) -> None:
-        self._data = bytearray()
-
-    def view(self, size: int, *, keep: int = 0) -> memoryview:
-        """The first ``size`` bytes; a larger buffer replaces the old one (views of it stay valid). A
-        buffer filled piece by piece passes the bytes written so far as ``keep``: they are copied over,
-        and the buffer at least doubles, so the copies cost no more than the pieces."""
-        if size > len(self._data):
-            old, self._data = self._data, bytearray(max(size, 2 * keep))
-            self._data[:keep] = old[:keep]
-        return memoryview(self._data)[:size]
+"""Samples a :meth:`SpanReader.read_across` call needs before the one-buffer path pays for its fixed cost
+(a few dozen numpy calls); fewer go run by run (docs/performance.md, "Formats")."""
 
 
 class SpanReader(ReaderBase):
-    """Reads samples ``[start, stop)`` of one shard; subclasses implement :meth:`_read_chunk`."""
+    """Reads samples ``[start, stop)`` of one shard; subclasses implement :meth:`_parse_chunk`
+    and :meth:`_check_chunk_framing`."""
 
     format_name = ""
 
@@ -128,11 +103,11 @@ class SpanReader(ReaderBase):
             if rows is None:
                 add_samples(keys, fields, self._parse_chunk(view, first, count, base))
             else:
-                cut_columns(view, rows, columns, first, base, self._shard, keys)
+                cut_columns(view, rows, columns, start=first, base=base, shard=self._shard, keys=keys)
 
         fast = self._sliced
         if self.joinable:
-            joined = read_across([(self, start, stop) for start, stop in runs], names, self._buffer)
+            joined = self.read_across([(self, start, stop) for start, stop in runs], names, self._buffer)
             if joined is not None:
                 return joined
         all_rows = self._rows_of(runs) if fast else [None] * len(runs)
@@ -145,7 +120,7 @@ class SpanReader(ReaderBase):
                 view = self._pread(base, rows[-1][OFFSET] - base, start)
                 if self._verified:
                     check_spans(view, rows, start, base, self._shard)
-                cut_columns(view, rows, columns, start, base, self._shard, keys)
+                cut_columns(view, rows, columns, start=start, base=base, shard=self._shard, keys=keys)
             else:
                 for _ in self._chunks(start, stop, add):
                     pass
@@ -236,7 +211,7 @@ class SpanReader(ReaderBase):
 
     @property
     def joinable(self) -> bool:
-        """Whether :func:`read_across` can read this shard: a local file whose samples are all sliced."""
+        """Whether :meth:`read_across` can read this shard: a local file whose samples are all sliced."""
         return self._remote is None and self._sliced
 
     def _sliceable(self, view: memoryview, start: int, base: int, rows: Rows | None) -> Rows | None:
@@ -259,6 +234,89 @@ class SpanReader(ReaderBase):
         """The ``count`` samples of ``view`` (the file from byte ``base``, sample ``start`` first) by the
         format's parser."""
         raise NotImplementedError
+
+    @staticmethod
+    def read_across(
+        parts: Sequence[Part], names: Sequence[str], buffer: ReadBuffer, order: np.ndarray | None = None
+    ) -> ColumnsOut | None:
+        """The samples of ``parts`` from any of one dataset's shards, in ``order`` (positions in read order;
+        all in turn when ``None``): every part read end to end into ``buffer`` (grown as needed; one
+        ``preadv`` each), then checked and cut together by :func:`cut_rows`, so per sample only the checksum
+        call remains (keys and fields are gathered as columns), and what a call costs beyond that is paid
+        once for all parts instead of once per shard.
+
+        ``None`` (read them another way) when they hold fewer than ``JOINED_MIN_SAMPLES`` samples (the
+        fixed cost of a few dozen numpy calls would dominate) or more than ``JOINED_BYTES`` (large samples
+        go the chunked way, which keeps each chunk in the CPU cache while it is checked and cut), when a
+        reader is not :attr:`joinable`, or when the shards' indexes are laid out differently.
+
+        A method of the reader class, not of one reader: it reads the files and indexes of every reader in
+        ``parts``, which are this class's own to read."""
+        if not parts or sum(stop - start for _, start, stop in parts) < JOINED_MIN_SAMPLES:
+            return None
+        readers = dict.fromkeys(reader for reader, _, _ in parts)
+        first = parts[0][0]
+        if not all(reader.joinable and reader._joint_layout() == first._joint_layout() for reader in readers):
+            return None
+        for reader in readers:
+            if not reader._closer.alive:
+                raise UsageError(f"the reader of {reader._shard} is closed")
+        indexes = {reader: cast(ShardIndex, reader._index) for reader in readers}
+        rows, bases, sizes, counts = [], [], [], []
+        for reader, start, stop in parts:
+            index = indexes[reader]
+            offsets = index.offsets
+            if not 0 <= start <= stop < len(offsets):
+                reader._check_bounds(start, stop)  # raises, naming the shard
+            base = offsets.item(start)
+            bases.append(base)
+            sizes.append(offsets.item(stop) - base)
+            counts.append(stop - start)
+            rows.append(index.table[start:stop])
+        total = sum(sizes)
+        if total > JOINED_BYTES:
+            return None
+        view, at = buffer.view(total), 0
+        for (reader, start, stop), base, size in zip(parts, bases, sizes, strict=True):
+            if size and (got := os.preadv(reader._fd, [view[at : at + size]], base)) != size:
+                offsets = indexes[reader].offsets[start : stop + 1]
+                cut = start + int(np.searchsorted(offsets, base + got, side="right")) - 1  # the one it cuts
+                raise CorruptShardError.at(
+                    reader._shard, "file ends inside the sample", sample_index=cut, offset=base + got
+                )
+            at += size
+        run_counts, run_sizes = np.array(counts, np.int64), np.array(sizes, np.int64)
+        positions = np.cumsum(run_sizes) - run_sizes  # where each part starts in the buffer
+        run_of = np.repeat(np.arange(len(parts)), run_counts)
+        shift = (positions - np.array(bases, np.int64))[run_of]
+        table = np.concatenate(rows)
+        ends = np.empty(len(table), np.int64)  # in the buffer: where the next sample of the part begins,
+        ends[:-1] = table[1:, OFFSET].astype(np.int64) + shift[1:]
+        nonempty = run_counts > 0  # or, for a part's last sample, where the part ends
+        ends[np.cumsum(run_counts)[nonempty] - 1] = (positions + run_sizes)[nonempty]
+        firsts = np.cumsum(run_counts) - run_counts
+
+        def locate(i: int) -> tuple[str, int]:
+            run = int(run_of[i])
+            reader, start, _ = parts[run]
+            return reader._shard, start + i - int(firsts[run])
+
+        return cut_rows(
+            view,
+            table,
+            shift=shift,
+            ends=ends,
+            index=indexes[first],
+            names=names,
+            verified=first._verified,
+            locate=locate,
+            order=order,
+        )
+
+    def _joint_layout(self) -> tuple[object, ...]:
+        """What must agree for shards to be cut together: their index columns and whether they are checked."""
+        index = cast(ShardIndex, self._index)
+        return index.fields, index.first_field, self._verified
 
 
 def _close(fd: int) -> None:
@@ -295,75 +353,4 @@ class SpanFormat(FormatBase):
         buffer: ReadBuffer,
         order: np.ndarray | None = None,
     ) -> ColumnsOut | None:
-        return read_across(cast(Sequence[Part], parts), names, buffer, order)
-
-
-def read_across(
-    parts: Sequence[Part], names: Sequence[str], buffer: ReadBuffer, order: np.ndarray | None = None
-) -> ColumnsOut | None:
-    """The samples of ``parts`` from any of one dataset's shards, in ``order`` (positions in read order;
-    all in turn when ``None``): every part read end to end into ``buffer`` (grown as needed; one
-    ``preadv`` each), then checked and cut together by :func:`cut_rows`, so per sample only the checksum
-    call remains (keys and fields are gathered as columns), and what a call costs beyond that is paid
-    once for all parts instead of once per shard.
-
-    ``None`` (read them another way) when they hold fewer than ``JOINED_MIN_SAMPLES`` samples (the fixed
-    cost of a few dozen numpy calls would dominate) or more than ``JOINED_BYTES`` (large samples go the
-    chunked way, which keeps each chunk in the CPU cache while it is checked and cut), when a reader is not
-    :attr:`~SpanReader.joinable`, or when the shards' indexes are laid out differently."""
-    if not parts or sum(stop - start for _, start, stop in parts) < JOINED_MIN_SAMPLES:
-        return None
-    readers = dict.fromkeys(reader for reader, _, _ in parts)
-    first = parts[0][0]
-    if not all(reader.joinable and _layout(reader) == _layout(first) for reader in readers):
-        return None
-    for reader in readers:
-        if not reader._closer.alive:
-            raise UsageError(f"the reader of {reader._shard} is closed")
-    indexes = {reader: cast(ShardIndex, reader._index) for reader in readers}
-    rows, bases, sizes, counts = [], [], [], []
-    for reader, start, stop in parts:
-        index = indexes[reader]
-        offsets = index.offsets
-        if not 0 <= start <= stop < len(offsets):
-            reader._check_bounds(start, stop)  # raises, naming the shard
-        base = offsets.item(start)
-        bases.append(base)
-        sizes.append(offsets.item(stop) - base)
-        counts.append(stop - start)
-        rows.append(index.table[start:stop])
-    total = sum(sizes)
-    if total > JOINED_BYTES:
-        return None
-    view, at = buffer.view(total), 0
-    for (reader, start, stop), base, size in zip(parts, bases, sizes, strict=True):
-        if size and (got := os.preadv(reader._fd, [view[at : at + size]], base)) != size:
-            offsets = indexes[reader].offsets[start : stop + 1]
-            cut = start + int(np.searchsorted(offsets, base + got, side="right")) - 1  # the sample it cuts
-            raise CorruptShardError.at(
-                reader._shard, "file ends inside the sample", sample_index=cut, offset=base + got
-            )
-        at += size
-    run_counts, run_sizes = np.array(counts, np.int64), np.array(sizes, np.int64)
-    positions = np.cumsum(run_sizes) - run_sizes  # where each part starts in the buffer
-    run_of = np.repeat(np.arange(len(parts)), run_counts)
-    shift = (positions - np.array(bases, np.int64))[run_of]
-    table = np.concatenate(rows)
-    ends = np.empty(len(table), np.int64)  # in the buffer: where the next sample of the part begins,
-    ends[:-1] = table[1:, OFFSET].astype(np.int64) + shift[1:]
-    nonempty = run_counts > 0  # or, for a part's last sample, where the part ends
-    ends[np.cumsum(run_counts)[nonempty] - 1] = (positions + run_sizes)[nonempty]
-    firsts = np.cumsum(run_counts) - run_counts
-
-    def locate(i: int) -> tuple[str, int]:
-        run = int(run_of[i])
-        reader, start, _ = parts[run]
-        return reader._shard, start + i - int(firsts[run])
-
-    return cut_rows(view, table, shift, ends, indexes[first], names, first._verified, locate, order)
-
-
-def _layout(reader: SpanReader) -> tuple[object, ...]:
-    """What must agree for shards to be cut together: their index columns and whether they are checked."""
-    index = cast(ShardIndex, reader._index)
-    return index.fields, index.first_field, reader._verified
+        return SpanReader.read_across(cast(Sequence[Part], parts), names, buffer, order)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats.base import WRITE_BUFFER, Column, Fields, Offsets, RemoteBytes
+from shardpipe.formats.base import WRITE_BUFFER, Offsets, RemoteBytes
 from shardpipe.formats.layout import (
     CHECKSUM,
     KEY_START,
@@ -31,6 +31,7 @@ from shardpipe.formats.layout import (
 )
 from shardpipe.formats.spanreader import SpanFormat, SpanReader
 from shardpipe.formats.tarparse import BLOCK, parse, verify_checksums
+from shardpipe.formats.terms import Column, Fields
 
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 _MAX_USTAR_SIZE = 8**11

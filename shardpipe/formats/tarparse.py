@@ -19,8 +19,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from shardpipe.errors import CorruptShardError
-from shardpipe.formats.base import Fields
-from shardpipe.formats.layout import SampleLayout, Span
+from shardpipe.formats.layout import SampleLayout
+from shardpipe.formats.terms import Fields, Span
 
 BLOCK = 512
 # name, size, typeflag: with the ustar prefix, the only header fields a reader of sample shards needs.

@@ -13,8 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
-from shardpipe.formats.base import Fields
-from shardpipe.formats.layout import Span
+from shardpipe.formats.terms import Fields, Span
 
 KEY_FEATURE = "__key__"
 _NAMES: dict[bytes, str] = {}  # decoded feature names: every record repeats the same few
@@ -44,9 +43,20 @@ def entry_head(name: str, size: int) -> bytes:
     feature_len, name_len = varint(feature), varint(len(raw_name))
     entry = 1 + len(name_len) + len(raw_name) + 1 + len(feature_len) + feature  # map entry
     return b"".join(
-        (b"\x0a", varint(entry), b"\x0a", name_len, raw_name, b"\x12", feature_len, b"\x0a",
-         bytes_list_len, b"\x0a", value_len)
-    )  # fmt: skip
+        (
+            b"\x0a",
+            varint(entry),
+            b"\x0a",
+            name_len,
+            raw_name,
+            b"\x12",
+            feature_len,
+            b"\x0a",
+            bytes_list_len,
+            b"\x0a",
+            value_len,
+        )
+    )
 
 
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:

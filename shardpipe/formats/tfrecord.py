@@ -20,7 +20,7 @@ import numpy as np
 from crc32c import crc32c
 
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats.base import WRITE_BUFFER, Column, Fields, Offsets, RemoteBytes
+from shardpipe.formats.base import WRITE_BUFFER, Offsets, RemoteBytes
 from shardpipe.formats.layout import (
     CHECKSUM,
     KEY_STOP,
@@ -31,6 +31,7 @@ from shardpipe.formats.layout import (
     span_checksums,
 )
 from shardpipe.formats.spanreader import SpanFormat, SpanReader
+from shardpipe.formats.terms import Column, Fields
 from shardpipe.formats.tf_example import KEY_FEATURE, decode_example, entry_head, own_spans, varint
 
 _HEADER = struct.Struct("<QI")
@@ -231,16 +232,22 @@ def _check_framing(view: memoryview, index: ShardIndex, start: int, stop: int, b
         pos, data_end = bounds[i], bounds[i + 1] - 4
         if data_end < pos + 12:
             raise CorruptShardError.at(shard, "record shorter than its framing", sample_index=start + i)
-        length, length_crc = _HEADER.unpack_from(view, pos)
-        (data_crc,) = _CRC.unpack_from(view, data_end)
-        problem = (
-            "length CRC mismatch" if masked_crc(view[pos : pos + 8]) != length_crc
-            else "record length disagrees with the index" if pos + 12 + length != data_end
-            else "data CRC mismatch" if masked_crc(view[pos + 12 : data_end]) != data_crc
-            else None
-        )  # fmt: skip
-        if problem:
+        if problem := _framing_problem(view, pos, data_end):
             raise CorruptShardError.at(shard, problem, sample_index=start + i, offset=base + pos)
+
+
+def _framing_problem(view: memoryview, pos: int, data_end: int) -> str | None:
+    """What is wrong with the record at ``pos`` whose data ends at ``data_end`` (its data CRC follows), in
+    the order a reader finds it; ``None`` when nothing is."""
+    length, length_crc = _HEADER.unpack_from(view, pos)
+    (data_crc,) = _CRC.unpack_from(view, data_end)
+    if masked_crc(view[pos : pos + 8]) != length_crc:
+        return "length CRC mismatch"
+    if pos + 12 + length != data_end:
+        return "record length disagrees with the index"
+    if masked_crc(view[pos + 12 : data_end]) != data_crc:
+        return "data CRC mismatch"
+    return None
 
 
 FORMAT = TfrecordFormat()

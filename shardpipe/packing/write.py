@@ -16,7 +16,7 @@ from typing import Any
 
 from shardpipe.errors import DataError
 from shardpipe.formats import get_format
-from shardpipe.formats.base import Column
+from shardpipe.formats.terms import Column
 from shardpipe.manifest import ShardEntry
 from shardpipe.packing.plan import ShardJob, cut_runs
 from shardpipe.sources import SampleTable

@@ -7,6 +7,10 @@
 - No write leaves partial content under a final name (see :class:`Store`).
 - Errors are :class:`StorageError` (a ``DataError``) naming the URL with credentials, query string and
   fragment stripped (:mod:`.redact`); no secret reaches a message or a log line.
+
+Part of the shared core (``shardpipe.manifest``, ``.errors``, ``.formats``, ``.storage``, ``.units``),
+which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it imports neither
+of them, nor the sources, tools or CLI (the import-linter contracts in pyproject.toml, run by ``make lint``).
 """
 
 from __future__ import annotations
