@@ -32,12 +32,12 @@ Fields = dict[str, bytes]
 
 WRITE_BUFFER = 1 << 18
 """Writers' file buffer: large enough to batch small writes; larger sizes measured no faster (see
-docs/performance.md, "Formats")."""
+docs/design-record.md, "Formats")."""
 
 INDEX_VERSION = 2
 """The index column layout written now (see :mod:`.layout`); the manifest records it."""
 CHECKSUM_NAME = "xxh3_64"
-"""The per-sample checksum, as the manifest names it (docs/performance.md, "Formats", has the choice)."""
+"""The per-sample checksum, as the manifest names it (docs/design-record.md, "Formats", has the choice)."""
 
 Column = Sequence[bytes | memoryview]
 """One field's values for a batch of samples; a writer must not keep a ``memoryview`` past the call."""
