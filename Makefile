@@ -5,7 +5,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup demo test test-fast lint format bench-pack bench-io bench-scaling bench-shuffle bench-transfer clean
+.PHONY: setup demo test test-unit test-integration test-e2e test-fast lint format bench-pack bench-io bench-scaling bench-shuffle bench-transfer clean
 
 setup: $(VENV)/.installed
 
@@ -22,9 +22,18 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest --durations=20 $(ARGS)
 
-# The unit layer alone, for the inner loop: no servers, ranks, Ray clusters, benchmarks or slow tests.
-test-fast: setup
-	$(BIN)/python -m pytest -q -m "not (slow or dist or ray or s3 or bench)" $(ARGS)
+# One layer each (tests/conftest.py gives every test exactly one). test-unit is the inner loop: no
+# servers, ranks, Ray clusters, benchmarks or slow tests; test-fast is its old name.
+test-unit: setup
+	$(BIN)/python -m pytest -q -m unit $(ARGS)
+
+test-integration: setup
+	$(BIN)/python -m pytest -m integration --durations=10 $(ARGS)
+
+test-e2e: setup
+	$(BIN)/python -m pytest -m e2e --durations=10 $(ARGS)
+
+test-fast: test-unit
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/lint-imports && $(BIN)/mypy

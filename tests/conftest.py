@@ -4,9 +4,13 @@ The loopback S3 and HTTP servers start once per session; each test gets them wit
 counts zeroed, and its own bucket or folder; at the end of the session both servers must have stopped
 and stayed within their request limit.
 
-Markers (``make test-fast`` runs the tests that carry none): ``s3`` for every test that uses a loopback
-server (added here, from the fixtures it asks for), ``dist``, ``ray`` and ``bench`` by test module
-(``pytestmark``), ``slow`` on single tests that take seconds.
+Resource markers: ``s3`` for every test that uses a loopback server (added here, from the fixtures it asks
+for), ``dist``, ``ray`` and ``bench`` by test module (``pytestmark``), ``slow`` on single tests that take
+seconds. From them every test gets exactly one layer marker (:func:`layer_of`), wherever it lives (the
+benchmark tests by their ``bench`` marker, not by their folder): ``e2e`` for a test that runs a benchmark
+or the demo end to end (``bench``) or says so (``e2e``); ``integration`` for one that needs processes,
+servers or seconds (``dist``, ``ray``, ``s3``, ``slow``); ``unit`` for the rest. ``make test-unit``,
+``make test-integration`` and ``make test-e2e`` select by them.
 """
 
 from __future__ import annotations
@@ -19,14 +23,42 @@ import pytest
 
 from testkit.servers import Faults, HTTPServer, S3Server
 
+pytest_plugins = ["pytester"]  # tests/test_layers.py runs the layer rule on a small suite
+
 _bucket_numbers = itertools.count()
 _SERVER_FIXTURES = frozenset({"s3_server", "http_server"})
 
 
+LAYERS = ("unit", "integration", "e2e")
+_LAYER_TRIGGERS = (  # the first layer whose markers a test carries is its layer
+    ("e2e", frozenset({"e2e", "bench"})),
+    ("integration", frozenset({"integration", "dist", "ray", "s3", "slow"})),
+)
+
+
+def layer_of(marker_names: set[str]) -> str:
+    """The layer of a test that carries ``marker_names``: the most a test needs decides."""
+    for layer, triggers in _LAYER_TRIGGERS:
+        if marker_names & triggers:
+            return layer
+    return "unit"
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by the markers added here
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.s3)
+        names = {marker.name for marker in item.iter_markers()}
+        layer = layer_of(names)
+        contrary = sorted(names & set(LAYERS) - {layer})
+        if contrary:
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked {', '.join(contrary)}, but its markers {sorted(names)} make it "
+                f"{layer}: drop the layer marker or what it contradicts"
+            )
+        if layer not in names:
+            item.add_marker(layer)
 
 
 @pytest.fixture(scope="session")

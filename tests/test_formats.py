@@ -449,7 +449,11 @@ def test_lmdb_a_record_longer_than_the_file_is_named_before_it_is_read(
     monkeypatch.setattr(lmdb_format, "_PIECE_RECORDS", piece)
     with fmt.open_reader(path) as reader:
         monkeypatch.setattr(reader, "_file_size", 10_000)  # as if sample 7's length were damaged
-        assert listed(reader.read_runs([(0, 7), (8, 12)], ["bin"])) is not None
+        around = [key_fields for i, key_fields in enumerate(samples) if i != 7]
+        assert listed(reader.read_runs([(0, 7), (8, 12)], ["bin"])) == (
+            [key for key, _ in around],
+            {"bin": [fields["bin"] for _, fields in around]},
+        )  # the runs around sample 7 read as written
         for runs in ([(0, 12)], [(2, 5), (6, 9)], [(9, 12), (5, 8)]):
             with pytest.raises(CorruptShardError, match=r"s\.lmdb.*sample 7.*record of 20,"):
                 reader.read_runs(runs, ["bin"])

@@ -81,7 +81,9 @@ def test_bad_samples_are_refused_by_name(tmp_path: Path) -> None:
         writer.write({"__key__": "a/7", "bin": b"y"})
     with pytest.raises(OutputNotEmptyError):
         DatasetWriter(tmp_path / "out", "tar")
-    assert DatasetWriter(tmp_path / "out", "tar", overwrite=True) is not None
+    with DatasetWriter(tmp_path / "out", "tar", overwrite=True) as replacing:
+        replacing.write({"__key__": "b/1", "bin": b"z"})
+    assert read_back(tmp_path / "out") == {"train": {"b/1": {"bin": b"z"}}}  # the old dataset is gone
     with pytest.raises(UsageError, match="nothing was written"):
         DatasetWriter(tmp_path / "empty", "tar").close()
 

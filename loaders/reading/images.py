@@ -3,7 +3,7 @@
 ``decode={"jpg": RandomResizedCrop(224)}`` (training) or ``decode={"jpg": CenterCrop(224)}`` (evaluation)
 turns a batch's image field into one ``uint8`` tensor ``(B, 3, size, size)``, decoded on the batch path
 (no dict per sample). Per image, decoded by Pillow (measured against simplejpeg, PyTurboJPEG and OpenCV,
-docs/performance.md: they were no faster where the output was as good):
+docs/design-record.md: they were no faster where the output was as good):
 
 1. the header is read (size, EXIF orientation), never the pixels;
 2. the crop box is drawn on the image as displayed: torchvision's ``RandomResizedCrop`` algorithm and
@@ -115,7 +115,8 @@ class _Crop(ColumnDecoder):
 
     def _resize(self, pixels: np.ndarray) -> np.ndarray:
         """``(h, w, 3)`` to ``(3, size, size)`` (a view): torch's antialiased bilinear resize, torchvision's
-        crop-then-resize, which on uint8 channels-last input is faster than Pillow's (docs/performance.md)."""
+        crop-then-resize, which on uint8 channels-last input is faster than Pillow's
+        (docs/design-record.md)."""
         channels_last = torch.from_numpy(pixels).permute(2, 0, 1).unsqueeze(0)
         resized = interpolate(channels_last, size=(self.size, self.size), mode="bilinear", antialias=True)
         return resized[0].numpy()

@@ -2,7 +2,7 @@
 
 Every item a DataLoader worker hands over costs the same fixed work on both sides (an index through the
 index queue, a result through the result pipe, the main process's bookkeeping and wake-ups), whatever its
-size; for batches of small samples that work, not the reading, sets the pace (docs/performance.md). So
+size; for batches of small samples that work, not the reading, sets the pace (docs/design-record.md). So
 when batches are small, a worker of the batch path cuts its stream into chunks of several consecutive
 batches, and the main process cuts each chunk back into those batches.
 
@@ -27,7 +27,7 @@ from loaders.transfer.collate import Batch, RaggedBytes
 
 CHUNK_SAMPLES = 1024
 """A worker sends about this many samples per message when its batches are smaller: a default window
-(docs/performance.md, "Several batches per message")."""
+(docs/design-record.md, "Several batches per message")."""
 MAX_CHUNK_BYTES = 4 << 20  # and no more bytes than this, as the manifest predicts them
 
 

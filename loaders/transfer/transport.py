@@ -42,7 +42,7 @@ from shardpipe.errors import ShardpipeError, UsageError
 Transport = Literal["auto", "pipe", "ring"]
 TRANSPORTS = ("auto", "pipe", "ring")
 AUTO_MIN_BATCH_BYTES = 64 << 10
-"""``transport="auto"`` takes the ring from this expected batch size (see docs/performance.md)."""
+"""``transport="auto"`` takes the ring from this expected batch size (see docs/design-record.md)."""
 EXTRA_SLOTS = 2  # over prefetch_factor: a worker rarely has more batches unread than it was asked for
 MIN_SLOT_BYTES = 64 << 10
 MAX_SLOT_BYTES = 64 << 20

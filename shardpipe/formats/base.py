@@ -34,7 +34,7 @@ Offsets: TypeAlias = "ShardIndex | Sequence[int] | np.ndarray"
 
 WRITE_BUFFER = 1 << 18
 """Writers' file buffer: large enough to batch small writes; larger sizes measured no faster (see
-docs/performance.md, "Formats")."""
+docs/design-record.md, "Formats")."""
 
 
 class ShardWriter(Protocol):

@@ -38,13 +38,13 @@ from shardpipe.formats.terms import ColumnsOut, Fields
 T = TypeVar("T")
 READ_CHUNK = 1 << 20
 """Bytes of whole samples per read (one sample may exceed it): small enough that a chunk is still in the
-CPU cache when its samples are checked and sliced (docs/performance.md, "Formats")."""
+CPU cache when its samples are checked and sliced (docs/design-record.md, "Formats")."""
 JOINED_BYTES = 4 << 20
 """Bytes of all runs of one :meth:`SpanReader.read_across` call up to which they are read into one buffer
 and cut together."""
 JOINED_MIN_SAMPLES = 128
 """Samples a :meth:`SpanReader.read_across` call needs before the one-buffer path pays for its fixed cost
-(a few dozen numpy calls); fewer go run by run (docs/performance.md, "Formats")."""
+(a few dozen numpy calls); fewer go run by run (docs/design-record.md, "Formats")."""
 
 
 class SpanReader(ReaderBase):
