@@ -20,9 +20,9 @@ if TYPE_CHECKING:
     from shardpipe.errors import CorruptShardError, DataError, ShardpipeError, UsageError
     from shardpipe.manifest import Manifest, ShardEntry, load_manifest
     from shardpipe.packing import PackOptions, PackResult, pack
+    from shardpipe.packing.dataset_writer import DatasetWriter
     from shardpipe.packing.items import pack_items
     from shardpipe.packing.ray_engine import RayExecutor
-    from shardpipe.packing.writer import DatasetWriter
     from shardpipe.storage import RetryPolicy, StorageError, Store, open_store
     from shardpipe.tools.index import index_folder
     from shardpipe.tools.inspection import summarize
@@ -40,7 +40,7 @@ _PUBLIC = {
     "PackResult": "shardpipe.packing",
     "pack": "shardpipe.packing",
     "pack_items": "shardpipe.packing.items",
-    "DatasetWriter": "shardpipe.packing.writer",
+    "DatasetWriter": "shardpipe.packing.dataset_writer",
     "RayExecutor": "shardpipe.packing.ray_engine",
     "RetryPolicy": "shardpipe.storage",
     "StorageError": "shardpipe.storage",

@@ -32,8 +32,8 @@ from shardpipe.packing.options import ConflictingOptionsError
 from shardpipe.packing.output import JobMismatchError, OutputNotEmptyError
 from shardpipe.packing.plan import SampleTooLargeError
 from shardpipe.packing.ray_engine import RayExecutor
+from shardpipe.packing.shard_writing import SourceFileError
 from shardpipe.packing.split import parse_split
-from shardpipe.packing.write import SourceFileError
 from shardpipe.process_settings import keep_freed_memory
 from shardpipe.sources import IncompleteSamplesError
 from shardpipe.tools.index import index_folder
