@@ -213,13 +213,30 @@ def main() -> None:
 @storage_option
 @_errors_to_exit_codes
 def pack(
-    src: str, out: str, format_name: str, split_spec: str | None, seed: int, order: str,
-    max_samples: int | None, max_bytes: str, workers: int | None, engine: str, ray_address: str | None,
-    labels: str | None, literal_fields: str, skip_incomplete: bool, map_spec: str | None,
-    map_version: str | None, on_error: Literal["raise", "skip"], image_max_side: int | None,
-    image_quality: int | None, resume: bool, overwrite: bool,
-    quiet: bool, storage_options: dict[str, Any],
-) -> None:  # fmt: skip
+    src: str,
+    out: str,
+    format_name: str,
+    split_spec: str | None,
+    seed: int,
+    order: str,
+    max_samples: int | None,
+    max_bytes: str,
+    workers: int | None,
+    engine: str,
+    ray_address: str | None,
+    labels: str | None,
+    literal_fields: str,
+    skip_incomplete: bool,
+    map_spec: str | None,
+    map_version: str | None,
+    on_error: Literal["raise", "skip"],
+    image_max_side: int | None,
+    image_quality: int | None,
+    resume: bool,
+    overwrite: bool,
+    quiet: bool,
+    storage_options: dict[str, Any],
+) -> None:
     """Pack SRC (a folder tree, or a .csv/.jsonl/.parquet file list) into shards in OUT.
 
     SRC and OUT may be URLs (s3://bucket/prefix, gs://..., a list's cells too): shards are staged
