@@ -36,8 +36,9 @@ from shardpipe.packing.shard_writing import SourceFileError
 from shardpipe.packing.split import parse_split
 from shardpipe.process_settings import keep_freed_memory
 from shardpipe.sources import IncompleteSamplesError
-from shardpipe.tools.index import index_folder
-from shardpipe.tools.inspection import render, summarize
+from shardpipe.tools.index import index as run_index
+from shardpipe.tools.inspection import inspect as run_inspect
+from shardpipe.tools.inspection import render
 from shardpipe.tools.verify import verify as run_verify
 from shardpipe.units import parse_size
 from shardpipe.version import __version__
@@ -336,7 +337,7 @@ def verify(dataset: str, quiet: bool, storage_options: dict[str, Any]) -> None:
 def inspect(dataset: str, as_json: bool, storage_options: dict[str, Any]) -> None:
     """Show DATASET's splits, shards, samples, bytes, fields and the spread of shard sizes (DATASET: a
     folder or manifest, a path or a URL such as https://host/data/manifest.json)."""
-    summary = summarize(location(dataset), storage_options)
+    summary = run_inspect(location(dataset), storage_options)
     click.echo(json.dumps(summary, indent=1) if as_json else render(summary))
 
 
@@ -363,7 +364,7 @@ def index(
     the indexes and the manifest are uploaded there.
     """
     where = location(folder)
-    manifest = index_folder(
+    manifest = run_index(
         where, split_name=split_name, overwrite=overwrite, quiet=quiet, storage_options=storage_options
     )
     _echo_splits(manifest, where)
