@@ -41,7 +41,7 @@ from shardpipe.packing import PackOptions
 from shardpipe.packing.engine import init_worker
 from shardpipe.packing.plan import plan_jobs
 from shardpipe.packing.ray_engine import RayExecutor
-from shardpipe.packing.write import write_shard
+from shardpipe.packing.shard_writing import write_shard
 from shardpipe.process_settings import pausing_gc
 from shardpipe.sources import scan_source
 from shardpipe.storage import open_store

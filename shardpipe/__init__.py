@@ -1,9 +1,18 @@
 """shardpipe: pack many small sample files into tar, LMDB or TFRecord shards with a manifest, and check them.
 
-The public API (everything else is a private module path)::
+The public API is these names (``__all__``); every other module path may change::
 
-    from shardpipe import pack, PackOptions, verify, summarize, index_folder, load_manifest
-    from shardpipe import DatasetWriter, pack_items
+    from shardpipe import pack, PackOptions, PackResult, pack_items, DatasetWriter, RayExecutor
+    from shardpipe import verify, inspect, index
+    from shardpipe import load_manifest, Manifest, ShardEntry
+    from shardpipe import open_store, Store, RetryPolicy, StorageError
+    from shardpipe import ShardpipeError, UsageError, DataError, CorruptShardError
+    from shardpipe import __version__
+
+The functions are named after the CLI's verbs (``shardpipe pack``, ``verify``, ``inspect``, ``index``).
+``inspect`` is the standard library's module's name too: call it as ``shardpipe.inspect`` where both are
+used. Its old name ``summarize``, and ``index_folder`` for ``index``, still work until 0.2, with a
+``DeprecationWarning``.
 
 Names load on first use: ``import loaders`` (which reads shards through :mod:`shardpipe.formats`) does not
 load the pack stage, and the ``shardpipe`` command sets its process up before numpy loads.
@@ -12,6 +21,7 @@ load the pack stage, and the ``shardpipe`` command sets its process up before nu
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from shardpipe.version import __version__
@@ -20,12 +30,12 @@ if TYPE_CHECKING:
     from shardpipe.errors import CorruptShardError, DataError, ShardpipeError, UsageError
     from shardpipe.manifest import Manifest, ShardEntry, load_manifest
     from shardpipe.packing import PackOptions, PackResult, pack
+    from shardpipe.packing.dataset_writer import DatasetWriter
     from shardpipe.packing.items import pack_items
     from shardpipe.packing.ray_engine import RayExecutor
-    from shardpipe.packing.writer import DatasetWriter
     from shardpipe.storage import RetryPolicy, StorageError, Store, open_store
-    from shardpipe.tools.index import index_folder
-    from shardpipe.tools.inspection import summarize
+    from shardpipe.tools.index import index
+    from shardpipe.tools.inspection import inspect
     from shardpipe.tools.verify import verify
 
 _PUBLIC = {
@@ -40,16 +50,18 @@ _PUBLIC = {
     "PackResult": "shardpipe.packing",
     "pack": "shardpipe.packing",
     "pack_items": "shardpipe.packing.items",
-    "DatasetWriter": "shardpipe.packing.writer",
+    "DatasetWriter": "shardpipe.packing.dataset_writer",
     "RayExecutor": "shardpipe.packing.ray_engine",
     "RetryPolicy": "shardpipe.storage",
     "StorageError": "shardpipe.storage",
     "Store": "shardpipe.storage",
     "open_store": "shardpipe.storage",
-    "index_folder": "shardpipe.tools.index",
-    "summarize": "shardpipe.tools.inspection",
+    "index": "shardpipe.tools.index",
+    "inspect": "shardpipe.tools.inspection",
     "verify": "shardpipe.tools.verify",
 }
+_DEPRECATED = {"summarize": "inspect", "index_folder": "index"}
+"""Old names, kept until 0.2: each warns and gives the object of its new name."""
 __all__ = [
     "CorruptShardError",
     "DataError",
@@ -65,17 +77,25 @@ __all__ = [
     "Store",
     "UsageError",
     "__version__",
-    "index_folder",
+    "index",
+    "inspect",
     "load_manifest",
     "open_store",
     "pack",
     "pack_items",
-    "summarize",
     "verify",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        new = _DEPRECATED[name]
+        warnings.warn(
+            f"shardpipe.{name} is deprecated and goes in 0.2: use shardpipe.{new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return __getattr__(new)  # never cached: every use of the old name warns
     if name not in _PUBLIC:
         raise AttributeError(f"module 'shardpipe' has no attribute {name!r}")
     value = getattr(importlib.import_module(_PUBLIC[name]), name)

@@ -11,8 +11,9 @@ import re
 
 from shardpipe.errors import UsageError
 
-_UNITS = {"": 1, "B": 1, "K": 10**3, "M": 10**6, "G": 10**9, "KB": 10**3, "MB": 10**6, "GB": 10**9,
-          "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
+_UNITS = {"": 1, "B": 1, "K": 10**3, "M": 10**6, "G": 10**9}  # K, M, G: short for KB, MB, GB
+_UNITS |= {f"{prefix}B": 1000**power for power, prefix in enumerate("KMGT", start=1)}
+_UNITS |= {f"{prefix}IB": 1024**power for power, prefix in enumerate("KMGT", start=1)}
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*")
 
 

@@ -188,16 +188,16 @@ def test_resume_of_a_finished_pack_is_a_no_op_and_another_job_is_refused(tmp_pat
 def test_file_changed_after_the_scan_is_named_with_overwrite(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from shardpipe.packing import write
+    from shardpipe.packing import shard_writing
 
     make_tree(tmp_path / "src", 4)
-    original = write.write_shard
+    original = shard_writing.write_shard
 
     def grow_then_write(job, out, format_name, source_options):  # type: ignore[no-untyped-def]
         with (tmp_path / "src" / "cls1" / "00001.txt").open("ab") as grown:
             grown.write(b"more")
         return original(job, out, format_name, source_options)
 
-    monkeypatch.setattr("shardpipe.packing.pipeline.write_shard", grow_then_write)
+    monkeypatch.setattr("shardpipe.packing.pack_source.write_shard", grow_then_write)
     result = run("pack", tmp_path / "src", tmp_path / "out", "--format", "tar", "--workers", "1")
     assert_clean_failure(result, 1, "changed while packing", "rerun the pack with --overwrite")

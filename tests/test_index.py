@@ -11,7 +11,7 @@ from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.formats import get_format
 from shardpipe.formats.layout import ShardIndex
 from shardpipe.manifest import Manifest, load_manifest
-from shardpipe.tools.index import index_folder
+from shardpipe.tools.index import index
 from shardpipe.tools.verify import verify
 
 
@@ -40,10 +40,10 @@ def read_split(root: Path, manifest: Manifest, split: str) -> list[tuple[str, di
     fmt, out = get_format(manifest.format), []
     for shard in manifest.splits[split]:
         assert shard.index_path is not None
-        index = ShardIndex.read(
+        shard_index = ShardIndex.read(
             root / shard.index_path, shard.num_samples, manifest.fields, sha256=shard.index_sha256
         )
-        with fmt.open_reader(root / shard.path, index) as reader:
+        with fmt.open_reader(root / shard.path, shard_index) as reader:
             out += list(reader.read(0, shard.num_samples))
     return out
 
@@ -52,7 +52,7 @@ def read_split(root: Path, manifest: Manifest, split: str) -> list[tuple[str, di
 def test_adopted_tars_get_checksums_and_read_checked(tmp_path: Path) -> None:
     folder = tmp_path / "wds"
     _tars(folder)
-    manifest = index_folder(folder, quiet=True)
+    manifest = index(folder, quiet=True)
     assert load_manifest(folder) == manifest and (manifest.index_version, manifest.sample_checksum) == (
         2,
         "xxh3_64",
@@ -76,7 +76,7 @@ def test_adopted_tars_get_checksums_and_read_checked(tmp_path: Path) -> None:
 def test_adopted_tfrecords_read_checked(tmp_path: Path) -> None:
     folder = tmp_path / "tfr"
     _tfrecords(folder)
-    manifest = index_folder(folder, quiet=True)
+    manifest = index(folder, quiet=True)
     samples = read_split(folder, manifest, "train")
     assert samples[1] == ("x/00000001", {"png": b"img1" * 40, "label": b"1"})
     raw = bytearray((folder / "x.tfrecord").read_bytes())
@@ -90,15 +90,15 @@ def test_adopted_tfrecords_read_checked(tmp_path: Path) -> None:
 def test_index_refuses_what_it_cannot_adopt(tmp_path: Path) -> None:
     folder = tmp_path / "tfr"
     _tfrecords(folder)
-    index_folder(folder, quiet=True)
+    index(folder, quiet=True)
     with pytest.raises(UsageError, match="--overwrite"):
-        index_folder(folder, quiet=True)
-    assert index_folder(folder, overwrite=True, quiet=True) == load_manifest(folder)
+        index(folder, quiet=True)
+    assert index(folder, overwrite=True, quiet=True) == load_manifest(folder)
     (folder / "y.tar").write_bytes(bytes(1024))
     with pytest.raises(DataError, match="mixes shard formats"):
-        index_folder(folder, overwrite=True, quiet=True)
+        index(folder, overwrite=True, quiet=True)
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match="no shards"):
-        index_folder(tmp_path / "empty", quiet=True)
+        index(tmp_path / "empty", quiet=True)
     with pytest.raises(UsageError, match="not a directory"):
-        index_folder(folder / "x.tfrecord", quiet=True)
+        index(folder / "x.tfrecord", quiet=True)

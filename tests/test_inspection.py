@@ -6,7 +6,7 @@ from pathlib import Path
 
 from shardpipe.manifest import Manifest, ShardEntry, write_manifest
 from shardpipe.storage import open_store
-from shardpipe.tools.inspection import render, summarize
+from shardpipe.tools.inspection import inspect, render
 
 
 def _entry(i: int, samples: int, num_bytes: int) -> ShardEntry:
@@ -22,7 +22,7 @@ def test_summary_counts_and_spreads(tmp_path: Path) -> None:
     order = {"method": "hashed", "rule": "r", "seed": 9}
     manifest = Manifest("tar", ("cls", "png"), splits, {"seed": 9}, classes=("a", "b"), order=order)
     write_manifest(open_store(tmp_path), manifest)
-    summary = summarize(tmp_path)
+    summary = inspect(tmp_path)
     train = summary["splits"]["train"]
     assert (train["shards"], train["samples"], train["bytes"]) == (3, 21, 6_000_000)
     assert train["shard_samples"] == {"min": 4, "median": 7, "max": 10}
@@ -34,5 +34,5 @@ def test_summary_counts_and_spreads(tmp_path: Path) -> None:
 
 def test_manifest_without_an_order_renders_without_one(tmp_path: Path) -> None:
     write_manifest(open_store(tmp_path), Manifest("lmdb", ("bin",), {"train": (_entry(0, 1, 10),)}, {}))
-    summary = summarize(tmp_path)
+    summary = inspect(tmp_path)
     assert summary["order"] is None and "order:" not in render(summary)

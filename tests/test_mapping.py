@@ -14,8 +14,10 @@ from click.testing import CliRunner, Result
 from shardpipe.cli import main
 from shardpipe.errors import DataError
 from shardpipe.manifest import load_manifest
-from shardpipe.packing import PackOptions, mapping, pack
+from shardpipe.packing import PackOptions, pack
 from shardpipe.packing.mapping import MapError
+from shardpipe.packing.mapping import pieces as map_pieces
+from shardpipe.packing.mapping import shards as map_shards
 from shardpipe.packing.output import JobMismatchError
 from shardpipe.packing.samples import SampleError
 from shardpipe.storage import open_store
@@ -34,7 +36,7 @@ def run(*args: str | Path) -> Result:
 @pytest.fixture
 def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """Several pieces per planned shard, so shards are written from the staged shards of several pieces."""
-    monkeypatch.setattr(mapping, "MIN_PIECES", 30)
+    monkeypatch.setattr(map_pieces, "MIN_PIECES", 30)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -47,16 +49,16 @@ def test_a_map_that_changes_nothing_writes_the_shards_of_no_map(
     make_tree(tmp_path / "src", 150)
     plain = pack(tmp_path / "src", tmp_path / "plain", PackOptions(format=fmt, max_samples=16), quiet=True)
     if split_pieces:
-        monkeypatch.setattr(mapping, "MIN_PIECES", 30)
+        monkeypatch.setattr(map_pieces, "MIN_PIECES", 30)
     else:
-        monkeypatch.setattr(mapping, "local_copy", _never)  # 10 shards: one piece each, none read back
+        monkeypatch.setattr(map_shards, "local_copy", _never)  # 10 shards: one piece each, none read back
     options = PackOptions(format=fmt, max_samples=16, map="tests.maps:unchanged", workers=1)
     mapped = pack(tmp_path / "src", tmp_path / "mapped", options, quiet=True)
     for split, shards in plain.manifest.splits.items():
         for ours, theirs in zip(mapped.manifest.splits[split], shards, strict=True):
             assert ours == theirs  # same path, count, bytes, sha256, index
     assert tree_files(tmp_path / "mapped").keys() == tree_files(tmp_path / "plain").keys()
-    assert not (tmp_path / "mapped" / mapping.STAGING).exists()
+    assert not (tmp_path / "mapped" / map_pieces.STAGING).exists()
     assert mapped.manifest.job["options"]["map"]["name"] == "tests.maps:unchanged"
     assert verify(tmp_path / "mapped", quiet=True) == []
 
@@ -78,12 +80,12 @@ def test_outputs_are_byte_identical_for_any_workers_executor_and_pieces(
     with PicklingExecutor() as executor:
         pack(tmp_path / "src", tmp_path / "shipped", options, quiet=True, executor=executor)
     assert set(executor.tasks) >= {
-        "shardpipe.packing.mapping.map_piece",
-        "shardpipe.packing.mapping.write_mapped_shard",
+        "shardpipe.packing.mapping.pieces.map_piece",
+        "shardpipe.packing.mapping.shards.write_mapped_shard",
     }
     outs.append(tree_files(tmp_path / "shipped"))
     assert outs[0] == outs[1] == outs[2]
-    monkeypatch.setattr(mapping, "MIN_PIECES", 40)  # pieces are planned work: the job's, not the shards'
+    monkeypatch.setattr(map_pieces, "MIN_PIECES", 40)  # pieces are planned work: the job's, not the shards'
     pack(tmp_path / "src", tmp_path / "pieces", options, quiet=True)
     shards = {name: data for name, data in tree_files(tmp_path / "pieces").items() if name != "manifest.json"}
     assert shards == {name: data for name, data in outs[0].items() if name != "manifest.json"}
@@ -150,7 +152,7 @@ def test_the_manifest_names_a_capped_number_of_skipped_samples(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make_tree(tmp_path / "src", 40)
-    monkeypatch.setattr(mapping, "MAX_SKIPPED_NAMED", 2)
+    monkeypatch.setattr(map_pieces, "MAX_SKIPPED_NAMED", 2)
     options = PackOptions(format="tar", map="tests.maps:fail_on_sevens", on_error="skip")
     result = pack(tmp_path / "src", tmp_path / "out", options, quiet=True)
     assert result.num_skipped_failed == 4
@@ -203,24 +205,24 @@ def test_an_interrupted_pack_with_a_map_resumes_keeping_mapped_pieces(
     options = PackOptions(format="tar", max_samples=16, map="tests.maps:twice", workers=1)
     reference = pack(tmp_path / "src", tmp_path / "reference", options, quiet=True)
     calls = 0
-    original = mapping.map_piece
+    original = map_pieces.map_piece
 
-    def killed_at_the_fourth(*args: object) -> mapping.MappedPiece:
+    def killed_at_the_fourth(*args: object) -> map_pieces.MappedPiece:
         nonlocal calls
         calls += 1
         if calls == 4:
             raise KeyboardInterrupt("killed")
         return original(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr("shardpipe.packing.pipeline.map_piece", killed_at_the_fourth)
+    monkeypatch.setattr("shardpipe.packing.driver.map_piece", killed_at_the_fourth)
     with pytest.raises(KeyboardInterrupt):
         pack(tmp_path / "src", tmp_path / "out", options, quiet=True)
     monkeypatch.undo()
     journal = (tmp_path / "out" / ".shardpipe-journal.jsonl").read_text().splitlines()
     assert sum('"piece"' in line for line in journal) == 3
     mapped: list[int] = []
-    monkeypatch.setattr(mapping, "MIN_PIECES", 30)
-    monkeypatch.setattr("shardpipe.packing.pipeline.map_piece", lambda piece, *a: mapped.append(piece.index)
+    monkeypatch.setattr(map_pieces, "MIN_PIECES", 30)
+    monkeypatch.setattr("shardpipe.packing.driver.map_piece", lambda piece, *a: mapped.append(piece.index)
                         or original(piece, *a))  # fmt: skip
     resumed = pack(tmp_path / "src", tmp_path / "out", PackOptions(**{**_fields(options), "resume": True}),
                    quiet=True)  # fmt: skip
@@ -235,7 +237,7 @@ def test_a_pack_with_a_map_into_a_bucket_equals_the_local_one(
 ) -> None:
     """Staged shards live in the bucket too: moved within it, or read back and rewritten."""
     if split_pieces:
-        monkeypatch.setattr(mapping, "MIN_PIECES", 12)
+        monkeypatch.setattr(map_pieces, "MIN_PIECES", 12)
     make_tree(tmp_path / "src", 40)
     options = PackOptions(format="tar", max_samples=10, map="tests.maps:unchanged", workers=1)
     local = pack(tmp_path / "src", tmp_path / "local", options, quiet=True)

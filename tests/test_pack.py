@@ -161,8 +161,11 @@ def test_an_executor_runs_the_scan_and_the_writes_through_pickle(tmp_path: Path)
     assert (
         executor.tasks.count("shardpipe.sources.tree.scan_names") == 5
     )  # the top folder and 4 class folders
-    assert executor.tasks.count("shardpipe.packing.write.write_shard") == 7
-    assert set(executor.tasks) == {"shardpipe.sources.tree.scan_names", "shardpipe.packing.write.write_shard"}
+    assert executor.tasks.count("shardpipe.packing.shard_writing.write_shard") == 7
+    assert set(executor.tasks) == {
+        "shardpipe.sources.tree.scan_names",
+        "shardpipe.packing.shard_writing.write_shard",
+    }
     assert shipped.manifest == local.manifest
     assert tree_files(tmp_path / "shipped") == tree_files(tmp_path / "local")
 

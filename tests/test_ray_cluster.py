@@ -22,7 +22,7 @@ from shardpipe.manifest import MANIFEST_NAME, ShardEntry, load_manifest
 from shardpipe.packing import PackOptions, pack
 from shardpipe.packing.plan import ShardJob, plan_jobs
 from shardpipe.packing.ray_engine import RayExecutor, check_visible
-from shardpipe.packing.write import write_shard
+from shardpipe.packing.shard_writing import write_shard
 from shardpipe.sources import SampleTable, scan_source
 from shardpipe.storage import Store, open_store
 from testkit.ray_cluster import Cluster, token_auth, two_node_cluster

@@ -17,7 +17,8 @@ import psutil
 import pytest
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.packing import PackOptions, mapping, pack
+from shardpipe.packing import PackOptions, pack
+from shardpipe.packing.mapping import pieces as map_pieces
 from shardpipe.packing.ray_engine import MAX_RETRIES, RayExecutor, TaskLostError, check_visible
 from shardpipe.storage import open_store
 from testkit.ray_cluster import free_port, local_ray_processes, token_auth
@@ -299,7 +300,7 @@ def test_a_pack_with_a_map_on_ray_equals_the_local_pack(
 ) -> None:
     """Map tasks and the shard writes of their outputs run as Ray tasks: the same bytes as local processes,
     with the map's pieces staged through OUT (several pieces per shard and shards across pieces)."""
-    monkeypatch.setattr(mapping, "MIN_PIECES", 20)  # planned in the driver: the tasks get the pieces
+    monkeypatch.setattr(map_pieces, "MIN_PIECES", 20)  # planned in the driver: the tasks get the pieces
     make_tree(tmp_path / "src", 40)
     opts = PackOptions(format="tfrecord", max_samples=12, map="tests.maps:twice", on_error="skip")
     local = pack(tmp_path / "src", tmp_path / "local", opts, quiet=True)

@@ -20,7 +20,7 @@ from click.testing import CliRunner, Result
 from shardpipe.cli import main
 from shardpipe.errors import DataError
 from shardpipe.manifest import load_manifest
-from shardpipe.packing import PackOptions, pack, pipeline
+from shardpipe.packing import PackOptions, pack, pack_source
 from shardpipe.packing.output import JOURNAL_NAME
 from shardpipe.storage import Store, open_store
 from testkit.servers import Faults, S3Server
@@ -111,7 +111,7 @@ def test_verify_finds_a_corrupted_object(tmp_path: Path, s3: S3Server, s3_root: 
     opts = PackOptions(format="tar", max_samples=10)
     with PicklingExecutor() as executor:  # the upload task and its store travel through pickle
         pack(tmp_path / "src", s3_root, opts, quiet=True, storage_options=options, executor=executor)
-    assert executor.tasks.count("shardpipe.packing.write.write_shard") == 3
+    assert executor.tasks.count("shardpipe.packing.shard_writing.write_shard") == 3
     store = open_store(s3_root, storage_options=options)
     data = bytearray(store.read("train/shard-000001.tar"))
     data[700] ^= 0xFF
@@ -275,14 +275,14 @@ def test_no_secret_reaches_output_logs_journal_or_manifest(
     store = open_store(s3_root, storage_options={**s3.storage_options(), "secret": SECRET})
     args = ["--format", "tar", "--max-samples", "5"]
     outputs = []
-    original = pipeline.write_shard
+    original = pack_source.write_shard
 
     def fail_on_third(job, *rest):  # type: ignore[no-untyped-def]
         if job.relpath.endswith("000003.tar"):
             raise DataError(f"injected failure near {s3_root}, options {SECRET}")
         return original(job, *rest)
 
-    monkeypatch.setattr(pipeline, "write_shard", fail_on_third)
+    monkeypatch.setattr(pack_source, "write_shard", fail_on_third)
     failed = run(
         "pack", tmp_path / "src", s3_root, *args, "--workers", "1", *flags
     )  # the patch is in-process

@@ -32,12 +32,13 @@ from shardpipe.packing.options import ConflictingOptionsError
 from shardpipe.packing.output import JobMismatchError, OutputNotEmptyError
 from shardpipe.packing.plan import SampleTooLargeError
 from shardpipe.packing.ray_engine import RayExecutor
+from shardpipe.packing.shard_writing import SourceFileError
 from shardpipe.packing.split import parse_split
-from shardpipe.packing.write import SourceFileError
 from shardpipe.process_settings import keep_freed_memory
 from shardpipe.sources import IncompleteSamplesError
-from shardpipe.tools.index import index_folder
-from shardpipe.tools.inspection import render, summarize
+from shardpipe.tools.index import index as run_index
+from shardpipe.tools.inspection import inspect as run_inspect
+from shardpipe.tools.inspection import render
 from shardpipe.tools.verify import verify as run_verify
 from shardpipe.units import parse_size
 from shardpipe.version import __version__
@@ -213,13 +214,30 @@ def main() -> None:
 @storage_option
 @_errors_to_exit_codes
 def pack(
-    src: str, out: str, format_name: str, split_spec: str | None, seed: int, order: str,
-    max_samples: int | None, max_bytes: str, workers: int | None, engine: str, ray_address: str | None,
-    labels: str | None, literal_fields: str, skip_incomplete: bool, map_spec: str | None,
-    map_version: str | None, on_error: Literal["raise", "skip"], image_max_side: int | None,
-    image_quality: int | None, resume: bool, overwrite: bool,
-    quiet: bool, storage_options: dict[str, Any],
-) -> None:  # fmt: skip
+    src: str,
+    out: str,
+    format_name: str,
+    split_spec: str | None,
+    seed: int,
+    order: str,
+    max_samples: int | None,
+    max_bytes: str,
+    workers: int | None,
+    engine: str,
+    ray_address: str | None,
+    labels: str | None,
+    literal_fields: str,
+    skip_incomplete: bool,
+    map_spec: str | None,
+    map_version: str | None,
+    on_error: Literal["raise", "skip"],
+    image_max_side: int | None,
+    image_quality: int | None,
+    resume: bool,
+    overwrite: bool,
+    quiet: bool,
+    storage_options: dict[str, Any],
+) -> None:
     """Pack SRC (a folder tree, or a .csv/.jsonl/.parquet file list) into shards in OUT.
 
     SRC and OUT may be URLs (s3://bucket/prefix, gs://..., a list's cells too): shards are staged
@@ -319,7 +337,7 @@ def verify(dataset: str, quiet: bool, storage_options: dict[str, Any]) -> None:
 def inspect(dataset: str, as_json: bool, storage_options: dict[str, Any]) -> None:
     """Show DATASET's splits, shards, samples, bytes, fields and the spread of shard sizes (DATASET: a
     folder or manifest, a path or a URL such as https://host/data/manifest.json)."""
-    summary = summarize(location(dataset), storage_options)
+    summary = run_inspect(location(dataset), storage_options)
     click.echo(json.dumps(summary, indent=1) if as_json else render(summary))
 
 
@@ -346,7 +364,7 @@ def index(
     the indexes and the manifest are uploaded there.
     """
     where = location(folder)
-    manifest = index_folder(
+    manifest = run_index(
         where, split_name=split_name, overwrite=overwrite, quiet=quiet, storage_options=storage_options
     )
     _echo_splits(manifest, where)

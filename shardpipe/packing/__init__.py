@@ -4,7 +4,8 @@
 is made ready, resumed and committed, :mod:`.plan` what goes in which shard.
 """
 
+from shardpipe.packing.driver import PackResult
 from shardpipe.packing.options import PackOptions
-from shardpipe.packing.pipeline import PackResult, pack
+from shardpipe.packing.pack_source import pack
 
 __all__ = ["PackOptions", "PackResult", "pack"]

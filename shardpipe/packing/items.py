@@ -29,11 +29,12 @@ import numpy as np
 
 from shardpipe.errors import UsageError
 from shardpipe.formats import format_info
+from shardpipe.packing.driver import PackResult, job_manifest, map_all, write_all
 from shardpipe.packing.engine import local_pool
-from shardpipe.packing.mapping import MapPiece, Outputs, plan_mapped_shards, staged_path, write_mapped_shard
+from shardpipe.packing.mapping.pieces import MapPiece, staged_path
+from shardpipe.packing.mapping.shards import Outputs, plan_mapped_shards, write_mapped_shard
 from shardpipe.packing.options import PackOptions
 from shardpipe.packing.output import Job, Output
-from shardpipe.packing.pipeline import PackResult, job_manifest, map_all, write_all
 from shardpipe.packing.plan import hashed_order
 from shardpipe.packing.split import assign_splits
 from shardpipe.process_settings import pausing_gc
@@ -75,9 +76,13 @@ def pack_items(
 
 
 def _pack_items(
-    items: list[Any], out: str | os.PathLike[str], options: PackOptions, quiet: bool,
-    executor: Executor | None, storage_options: Mapping[str, Any] | None,
-) -> PackResult:  # fmt: skip
+    items: list[Any],
+    out: str | os.PathLike[str],
+    options: PackOptions,
+    quiet: bool,
+    executor: Executor | None,
+    storage_options: Mapping[str, Any] | None,
+) -> PackResult:
     target = Output(open_writable_store(as_location(out), storage_options=storage_options, action="pack to"))
     transform = options.transform()
     if transform is None:
@@ -87,21 +92,40 @@ def _pack_items(
     job = Job(items_fingerprint(pieces, options), options.job_options(), "python items")
     prepared = target.prepare(job, resume=options.resume, overwrite=options.overwrite)
     if prepared.complete is not None:
-        num_shards = sum(len(shards) for shards in prepared.complete.splits.values())
-        skipped = int(prepared.complete.skipped.get("count", 0))
-        return PackResult(prepared.complete, 0, num_shards, 0, 0, True, skipped)
+        return PackResult(
+            manifest=prepared.complete,
+            num_written=0,
+            num_reused=sum(len(shards) for shards in prepared.complete.splits.values()),
+            num_skipped_incomplete=0,
+            num_ignored_files=0,
+            already_complete=True,
+            num_skipped_failed=int(prepared.complete.skipped.get("count", 0)),
+        )
     map_args = (target.store, options.format, transform, options.on_error, storage_options)
     mapped = map_all(pieces, target, prepared, executor, quiet, map_args)
     outputs = Outputs.of(mapped)
-    jobs = plan_mapped_shards(outputs, item_rows(outputs, options), suffix, max_samples=options.max_samples,
-                              max_bytes=options.max_bytes)  # fmt: skip
+    jobs = plan_mapped_shards(
+        outputs,
+        item_rows(outputs, options),
+        suffix,
+        max_samples=options.max_samples,
+        max_bytes=options.max_bytes,
+    )
     args = (target.store, options.format)
-    entries, num_written, num_reused = write_all(jobs, write_mapped_shard, args, target, prepared, executor,
-                                                 options, quiet)  # fmt: skip
+    entries, num_written, num_reused = write_all(
+        jobs, write_mapped_shard, args, target, prepared, executor, options, quiet
+    )
     source = {"kind": "items", "count": len(items)}
     manifest = job_manifest(options, outputs.fields, jobs, entries, source, job, mapped)
     target.commit(manifest)
-    return PackResult(manifest, num_written, num_reused, 0, 0, False, sum(len(p.skipped) for p in mapped))
+    return PackResult(
+        manifest=manifest,
+        num_written=num_written,
+        num_reused=num_reused,
+        num_skipped_incomplete=0,
+        num_ignored_files=0,
+        num_skipped_failed=sum(len(p.skipped) for p in mapped),
+    )
 
 
 def plan_item_pieces(items: Sequence[Any], suffix: str) -> list[MapPiece]:

@@ -22,9 +22,16 @@ ORDERS = ("hashed", "sorted")
 ORDER_HASH = "blake2b-64(f'{seed}:{key}', person=b'shardpipe-order') ascending, ties by key"
 ORDER_PERSON = b"shardpipe-order"  # the hash domain: the split hashes the same text without it
 JOB_OPTIONS = (
-    "format", "split", "seed", "order", "max_samples", "max_bytes", "labels", "literal_fields",
+    "format",
+    "split",
+    "seed",
+    "order",
+    "max_samples",
+    "max_bytes",
+    "labels",
+    "literal_fields",
     "skip_incomplete",
-)  # fmt: skip
+)
 """The :class:`PackOptions` fields that shape the output of every job; a job that transforms its samples
 also records the transform (:meth:`PackOptions.job_options`). The others say how to run the job."""
 TRANSFORM_OPTIONS = ("map", "map_version", "on_error", "image_max_side", "image_quality")

@@ -26,7 +26,7 @@ from typing import Any
 
 from shardpipe.errors import UsageError
 from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest, write_manifest
-from shardpipe.packing.mapping import STAGING, MappedPiece
+from shardpipe.packing.mapping.pieces import STAGING, MappedPiece
 from shardpipe.storage import ObjectNotFoundError, Store
 
 JOURNAL_NAME = ".shardpipe-journal.jsonl"

@@ -44,7 +44,7 @@ def find_shards(store: Store, top_split: str) -> dict[str, list[str]]:
     return splits
 
 
-def index_folder(
+def index(
     root: str | os.PathLike[str],
     *,
     split_name: str = "train",
@@ -52,6 +52,7 @@ def index_folder(
     quiet: bool = False,
     storage_options: Mapping[str, Any] | None = None,
 ) -> Manifest:
+    """Index the shards in ``root`` (a folder or a URL) and write its manifest, last; the manifest."""
     store = _open(root, storage_options)
     if store.exists(MANIFEST_NAME) and not overwrite:
         raise UsageError(f"{store.display} already has a {MANIFEST_NAME}; pass --overwrite to index it again")

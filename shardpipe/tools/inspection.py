@@ -1,6 +1,8 @@
-"""``shardpipe inspect``: what a packed dataset holds, and how even its shards are.
+"""``shardpipe inspect`` (the library's :func:`inspect`): what a packed dataset holds, and how even its
+shards are.
 
-Named ``inspection`` so that it does not shadow the standard library's ``inspect``.
+The module is named ``inspection`` so that it does not shadow the standard library's ``inspect``; a module
+that needs both imports this function under another name (the CLI's ``run_inspect``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 from shardpipe.manifest import load_manifest
 
 
-def summarize(root: Path | str, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def inspect(root: Path | str, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The summary of a dataset folder or manifest, a path or a URL (only the manifest is read)."""
     manifest = load_manifest(root, storage_options)
     splits = {}

@@ -89,9 +89,13 @@ def _check_shard(
 
 
 def _verify_index(
-    index: Path | None, entry: ShardEntry, path: Path, layouts: list[SampleLayout], end: int,
+    index: Path | None,
+    entry: ShardEntry,
+    path: Path,
+    layouts: list[SampleLayout],
+    end: int,
     manifest: Manifest,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     if index is None:
         return [f"{entry.index_path}: missing"]
     problems = []

@@ -28,8 +28,8 @@ from shardpipe.manifest import Manifest, ShardEntry
 from shardpipe.packing.output import Job, Output
 from shardpipe.packing.plan import SampleTooLargeError
 from shardpipe.packing.samples import SampleError, check_sample
+from shardpipe.packing.shard_writing import ShardFile
 from shardpipe.packing.split import check_split_name
-from shardpipe.packing.write import ShardFile
 from shardpipe.storage import as_location, open_writable_store
 
 DEFAULT_MAX_BYTES = 256_000_000

@@ -10,9 +10,9 @@ import pytest
 
 from shardpipe.formats import get_format
 from shardpipe.formats.layout import ShardIndex
-from shardpipe.packing import PackOptions, write
+from shardpipe.packing import PackOptions, shard_writing
 from shardpipe.packing.plan import ShardJob, plan_jobs
-from shardpipe.packing.write import SourceFileError, write_shard
+from shardpipe.packing.shard_writing import ShardFile, SourceFileError, write_shard
 from shardpipe.sources import scan_source
 from shardpipe.storage import open_store
 from shardpipe.storage.files import sha256_file
@@ -27,7 +27,7 @@ def _jobs(src: Path, fmt: str = "tar", **options: object) -> list[ShardJob]:
 @pytest.mark.parametrize("fmt", ["tar", "lmdb", "tfrecord"])
 def test_entry_describes_the_shard_written(tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
     expected = make_tree(tmp_path / "src", 30, size=300)
-    monkeypatch.setattr(write, "BATCH_BYTES", 1000)  # several batches per shard, one reused buffer
+    monkeypatch.setattr(shard_writing, "BATCH_BYTES", 1000)  # several batches per shard, one reused buffer
     (job,) = _jobs(tmp_path / "src", fmt)
     entry = write_shard(job, open_store(tmp_path / "out"), fmt)
     shard = tmp_path / "out" / job.relpath
@@ -92,7 +92,7 @@ def test_samples_added_one_by_one_write_the_bytes_of_batches_in_order(
     and a ``write_batch`` after some ``add`` calls comes after them; leaving the block unfinished leaves
     nothing."""
     expected = make_tree(tmp_path / "src", 30, size=300)
-    monkeypatch.setattr(write, "BATCH_BYTES", 1000)  # several batches per shard
+    monkeypatch.setattr(shard_writing, "BATCH_BYTES", 1000)  # several batches per shard
     (job,) = _jobs(tmp_path / "src", fmt)
     entry = write_shard(job, open_store(tmp_path / "batches"), fmt)
     names = job.samples.fields
@@ -103,7 +103,7 @@ def test_samples_added_one_by_one_write_the_bytes_of_batches_in_order(
     )
     written = dict(get_format(fmt).read(tmp_path / "batches" / job.relpath, 0, 30, index))
     samples = [(key, [bytes(written[key][name]) for name in names]) for key in job.samples.keys]
-    with write.ShardFile(job.relpath, open_store(tmp_path / "added"), fmt, names) as shard:
+    with ShardFile(job.relpath, open_store(tmp_path / "added"), fmt, names) as shard:
         for key, values in samples[:20]:
             shard.add(key, values, sum(map(len, values)))
         rest = samples[20:]
@@ -115,7 +115,7 @@ def test_samples_added_one_by_one_write_the_bytes_of_batches_in_order(
     got = dict(get_format(fmt).read(tmp_path / "added" / job.relpath, 0, 30, None if fmt == "lmdb" else
                ShardIndex.read(tmp_path / "added" / f"{job.relpath}.idx", 30, names)))  # fmt: skip
     assert list(got) == job.samples.keys and all(got[k]["bin"] == expected[k]["bin"] for k in got)
-    with pytest.raises(RuntimeError), write.ShardFile("x/shard.tar", open_store(tmp_path / "left"), fmt) as s:
+    with pytest.raises(RuntimeError), ShardFile("x/shard.tar", open_store(tmp_path / "left"), fmt) as s:
         s.add("a", [b"1"], 1)
         raise RuntimeError("stop")
     assert not [p for p in (tmp_path / "left").rglob("*") if p.is_file()]

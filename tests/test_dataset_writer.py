@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from loaders import ShardedDataset
-from shardpipe import DatasetWriter, PackOptions, load_manifest, pack, summarize, verify
+from shardpipe import DatasetWriter, PackOptions, inspect, load_manifest, pack, verify
 from shardpipe.errors import UsageError
 from shardpipe.packing.output import OutputNotEmptyError
 from shardpipe.packing.plan import SampleTooLargeError
@@ -42,7 +42,7 @@ def test_writing_a_packs_samples_in_its_order_gives_its_shards(tmp_path: Path, f
         and written.sample_checksum == packed.manifest.sample_checksum
     )
     assert verify(tmp_path / "written", quiet=True) == []
-    assert summarize(tmp_path / "written")["splits"]["train"]["samples"] == 50
+    assert inspect(tmp_path / "written")["splits"]["train"]["samples"] == 50
 
 
 def test_splits_per_sample_limits_and_the_loaders(tmp_path: Path) -> None:
