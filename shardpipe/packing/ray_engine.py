@@ -292,7 +292,8 @@ def _unwrap(ray: Any, exc: BaseException) -> BaseException:
     if isinstance(exc, exceptions.RayTaskError):
         cause: object = getattr(exc, "cause", None)
         if isinstance(cause, BaseException):
-            cause.add_note(f"raised in a Ray task: {text.partition(chr(10))[0]}")
+            if hasattr(cause, "add_note"):  # Python 3.11+; 3.10 gets the cause without the note
+                cause.add_note(f"raised in a Ray task: {text.partition(chr(10))[0]}")
             return cause
         return RuntimeError(text)  # a cause that did not pickle back: its text is all there is
     if isinstance(exc, exceptions.TaskCancelledError):
