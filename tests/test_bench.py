@@ -12,6 +12,7 @@ import torch
 
 from bench.docs_page import PREAMBLE, SECTIONS, read_section, replace_section
 from bench.io.contenders import CLS_RAW, NAMES
+from bench.io.data import QUICK_WINDOWS
 from bench.io.targets import CLS_TARGET, paired_ratio
 
 pytestmark = pytest.mark.bench
@@ -91,9 +92,9 @@ def test_numbers_are_consistent(report: dict) -> None:
 def test_report_records_what_makes_results_comparable(report: dict) -> None:
     assert report["hardware"]["cpu"] and report["hardware"]["cores_logical"] >= 1
     assert {"torch", "webdataset", "shardpipe", "python"} <= set(report["versions"])
-    for dataset in report["datasets"].values():
+    for profile, dataset in report["datasets"].items():
         assert len(dataset["fingerprint"]) == 16
-        assert dataset["warmup_steps"] >= 0 and dataset["measured_steps"] >= 1
+        assert (dataset["warmup_steps"], dataset["measured_steps"]) == QUICK_WINDOWS[profile]
     for key in ("batch_size", "workers", "repeats", "warmup", "steps", "compute_ms", "cold"):
         assert key in report["parameters"]
     assert {"warmup", "window", "repeats", "verdict", "floor"} <= set(report["rules"])
