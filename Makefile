@@ -45,7 +45,7 @@ bench-pack: setup
 	$(BIN)/python -m bench.pack_bench --docs docs/benchmarks.md $(ARGS)
 
 bench-io: setup
-	$(BIN)/python -m bench --docs docs/benchmarks.md $(ARGS)
+	$(BIN)/python -m bench.io --docs docs/benchmarks.md $(ARGS)
 
 bench-scaling: setup
 	$(BIN)/python -m bench.scaling --docs docs/benchmarks.md $(ARGS)

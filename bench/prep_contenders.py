@@ -93,7 +93,7 @@ class PhotoProfile:
 def build_photo_tree(profile: PhotoProfile, cache: Path) -> Path:
     """Return the profile's photo tree, writing it first unless a complete one with this fingerprint
     exists (``ImageFolder`` layout: ``class_NN/<index>.jpg``)."""
-    from bench.photos import make_photos
+    from testkit.photos import make_photos
 
     home = cache / f"photos-{profile.num_samples}-{profile.fingerprint}"
     tree, done = home / "tree", home / "complete.json"

@@ -1,4 +1,4 @@
-"""``python -m bench --quick`` end to end: the report's structure and internal consistency, not its speed."""
+"""``python -m bench.io --quick`` end to end: the report's structure and internal consistency, not speed."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.contenders import CLS_RAW, NAMES
 from bench.docs_page import PREAMBLE, SECTIONS, read_section, replace_section
-from bench.targets import CLS_TARGET, paired_ratio
+from bench.io.contenders import CLS_RAW, NAMES
+from bench.io.data import QUICK_WINDOWS
+from bench.io.targets import CLS_TARGET, paired_ratio
 
 pytestmark = pytest.mark.bench
 
@@ -24,7 +25,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, Path]:
     """The quick run, with its report.json, its output folder and the docs page it wrote."""
     base = tmp_path_factory.mktemp("bench")
     out, page = base / "out", base / "docs" / "benchmarks.md"
-    command = [sys.executable, "-m", "bench", "--quick", "--out", str(out), "--threshold", "0.1"]
+    command = [sys.executable, "-m", "bench.io", "--quick", "--out", str(out), "--threshold", "0.1"]
     done = subprocess.run(
         [*command, "--docs", str(page)], cwd=ROOT, capture_output=True, text=True, timeout=240
     )
@@ -47,7 +48,7 @@ def test_docs_section_records_the_run_and_its_tables(quick: tuple[dict, Path, Pa
     assert text.startswith(PREAMBLE)
     section = read_section(text, "bench-io")
     assert section is not None
-    assert f"by `python -m bench --quick --out {out} --threshold 0.1 --docs {page}`." in section
+    assert f"by `python -m bench.io --quick --out {out} --threshold 0.1 --docs {page}`." in section
     assert report["hardware"]["cpu"] in section and f"torch {report['versions']['torch']}" in section
     assert "| --batch-size | 64 |" in section and "| --repeats | 1 |" in section
     assert "| --contenders | " + ",".join(NAMES) + " |" in section
@@ -91,9 +92,9 @@ def test_numbers_are_consistent(report: dict) -> None:
 def test_report_records_what_makes_results_comparable(report: dict) -> None:
     assert report["hardware"]["cpu"] and report["hardware"]["cores_logical"] >= 1
     assert {"torch", "webdataset", "shardpipe", "python"} <= set(report["versions"])
-    for dataset in report["datasets"].values():
+    for profile, dataset in report["datasets"].items():
         assert len(dataset["fingerprint"]) == 16
-        assert dataset["warmup_steps"] >= 0 and dataset["measured_steps"] >= 1
+        assert (dataset["warmup_steps"], dataset["measured_steps"]) == QUICK_WINDOWS[profile]
     for key in ("batch_size", "workers", "repeats", "warmup", "steps", "compute_ms", "cold"):
         assert key in report["parameters"]
     assert {"warmup", "window", "repeats", "verdict", "floor"} <= set(report["rules"])
@@ -103,7 +104,7 @@ def test_remote_mode_reads_through_the_loopback_s3_server(tmp_path: Path) -> Non
     """``--remote``: every remote contender runs, and the bytes each fetched say what the cache did: the
     cold cache fetched every shard once, the warm one only the manifest and indexes, the local ones none."""
     out, page = tmp_path / "out", tmp_path / "benchmarks.md"
-    command = [sys.executable, "-m", "bench", "--quick", "--remote", "--out", str(out), "--cache",
+    command = [sys.executable, "-m", "bench.io", "--quick", "--remote", "--out", str(out), "--cache",
                str(tmp_path / "data"), "--docs", str(page)]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
@@ -147,7 +148,7 @@ def test_cls_rows_are_judged_against_their_raw_rows(quick: tuple[dict, Path, Pat
 
 def test_cls_rows_decode_labels_on_the_batch_path() -> None:
     """``decode={"cls": "cls"}``: one int64 tensor per batch; the raw row keeps bytes; W=0 as well."""
-    from bench import contenders, data
+    from bench.io import contenders, data
     from loaders.batches import RaggedBytes
 
     dataset = data.prepare(data.QUICK_PROFILES["small"], ROOT / "bench-results" / "cache", log=False)
@@ -161,7 +162,7 @@ def test_cls_rows_decode_labels_on_the_batch_path() -> None:
 
 def test_workers_0_run_judges_the_cls_targets_at_w0(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "bench", "--quick", "--profile", "small", "--workers", "0",
+    command = [sys.executable, "-m", "bench.io", "--quick", "--profile", "small", "--workers", "0",
                "--contenders", "shardpipe-tar,shardpipe-tar-cls", "--out", str(out)]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
@@ -190,8 +191,8 @@ def test_each_kind_of_run_has_its_section_after_the_default_one() -> None:
 
 
 def test_transport_variants_are_accepted_but_not_run_by_default() -> None:
-    from bench.__main__ import parse_args
-    from bench.contenders import BUILDERS, VARIANTS
+    from bench.io.__main__ import parse_args
+    from bench.io.contenders import BUILDERS, VARIANTS
 
     assert parse_args(["--contenders", ",".join(VARIANTS)]).contenders == list(VARIANTS)
     assert set(VARIANTS) <= set(BUILDERS) and not set(VARIANTS) & set(NAMES)
@@ -199,7 +200,7 @@ def test_transport_variants_are_accepted_but_not_run_by_default() -> None:
 
 
 def test_a_run_with_no_workers_has_its_own_section_and_other_counts_none() -> None:
-    from bench.__main__ import _kind, parse_args
+    from bench.io.__main__ import _kind, parse_args
 
     assert _kind(parse_args([]))[0] == "bench-io"
     assert _kind(parse_args(["--workers", "0"]))[0] == "bench-io-workers-0"

@@ -1,4 +1,4 @@
-"""``python -m bench --profile images --quick`` and ``--data``: structure, and every target judged; never
+"""``python -m bench.io --profile images --quick`` and ``--data``: structure, and every target judged; never
 speed (a quick run's figures say nothing about it)."""
 
 from __future__ import annotations
@@ -14,8 +14,16 @@ import pytest
 import torch
 
 from bench.docs_page import read_section
-from bench.image_contenders import DATA_NAMES, IMAGE_NAMES, LIMIT, array_crop, crop_box, is_limit, train_crop
-from bench.targets import IMAGE_TARGETS
+from bench.io.image_contenders import (
+    DATA_NAMES,
+    IMAGE_NAMES,
+    LIMIT,
+    array_crop,
+    crop_box,
+    is_limit,
+    train_crop,
+)
+from bench.io.targets import IMAGE_TARGETS
 
 pytestmark = pytest.mark.bench
 
@@ -23,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "bench.io", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-4000:]
     return done
@@ -102,8 +110,8 @@ def test_image_docs_section_is_its_own(images: tuple[dict, Path, Path, str]) -> 
 
 def test_own_data_prints_its_verdict_and_stays_out_of_the_docs(tmp_path: Path) -> None:
     """``--data`` on a pack without labels: the per-sample path, the fused one, both decode limits."""
-    from bench.photos import make_photos
     from shardpipe import PackOptions, pack
+    from testkit.photos import make_photos
 
     make_photos(tmp_path / "photos", 24, num_workers=0)
     pack(
@@ -136,7 +144,7 @@ def test_own_data_prints_its_verdict_and_stays_out_of_the_docs(tmp_path: Path) -
     ],
 )
 def test_image_usage_errors_exit_2(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from bench.__main__ import parse_args
+    from bench.io.__main__ import parse_args
 
     with pytest.raises(SystemExit) as exit_info:
         parse_args(args)
@@ -144,7 +152,7 @@ def test_image_usage_errors_exit_2(args: list[str], message: str, capsys: pytest
 
 
 def test_data_field_must_be_in_the_pack(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from bench.__main__ import parse_args
+    from bench.io.__main__ import parse_args
     from shardpipe import PackOptions, pack
 
     (tmp_path / "tree" / "a").mkdir(parents=True)

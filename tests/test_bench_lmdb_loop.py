@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from torch.utils.data import DataLoader, DistributedSampler
 
-from bench import contenders, lmdb_loop
-from bench.data import QUICK_PROFILES
-from bench.data import Dataset as BenchData
+from bench.io import contenders, lmdb_loop
+from bench.io.data import QUICK_PROFILES
+from bench.io.data import Dataset as BenchData
 from loaders.batches import collate_samples
 
 pytestmark = pytest.mark.bench

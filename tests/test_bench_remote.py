@@ -1,4 +1,4 @@
-"""``bench.remote``: the loopback S3 benchmark helper runs end to end and counts the bytes it serves."""
+"""``bench.io.remote``: the loopback S3 benchmark helper runs end to end and counts the bytes it serves."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from bench import remote
+from bench.io import remote
 
 pytestmark = pytest.mark.bench
 

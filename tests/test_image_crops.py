@@ -15,13 +15,13 @@ import torch
 from PIL import Image, ImageOps
 from scipy.stats import ks_2samp
 
-from bench.photos import as_cmyk, as_grey, as_png, as_webp, exif_rotated, make_photos, photo_bytes
 from loaders import CenterCrop, RandomResizedCrop, ShardedDataset, make_loader
 from loaders.batches import RaggedBytes, collate_samples
 from loaders.reading.decode import DecodeContext, DecodeError
 from loaders.reading.images import crop_draws as draws
 from loaders.reading.images import resized_crop_box
 from shardpipe import PackOptions, pack
+from testkit.photos import as_cmyk, as_grey, as_png, as_webp, exif_rotated, make_photos, photo_bytes
 
 PHOTOS = photo_bytes(24, size=(500, 375), seed=11)
 LARGE = photo_bytes(4, size=(2000, 1500), seed=12)

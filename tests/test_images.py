@@ -12,13 +12,13 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image, ImageOps
 
-from bench.photos import as_cmyk, as_grey, as_png, as_webp, exif_rotated, make_photos, photo_bytes
 from shardpipe.cli import main
 from shardpipe.errors import UsageError
 from shardpipe.packing import PackOptions, pack
 from shardpipe.packing.images import ImagePreparation
 from shardpipe.packing.mapping import MapError
 from shardpipe.packing.output import JobMismatchError
+from testkit.photos import as_cmyk, as_grey, as_png, as_webp, exif_rotated, make_photos, photo_bytes
 from tests.test_pack import read_back
 
 PHOTO = photo_bytes(1, size=(500, 375), seed=7)[0]

@@ -238,8 +238,8 @@ def test_check_output_refuses_a_packer_that_dropped_samples(tmp_path: Path) -> N
 
 def _photo_tree(root: Path) -> tuple[PhotoProfile, dict[str, bytes]]:
     """Ten small photos as a tree, and what the preparation makes of each, by relative path."""
-    from bench.photos import photo_bytes
     from shardpipe.packing.images import ImagePreparation
+    from testkit.photos import photo_bytes
 
     profile = PhotoProfile("images", 10, size=(64, 48), max_side=32)
     prepared = {}

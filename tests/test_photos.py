@@ -1,4 +1,4 @@
-"""bench.photos: seeded photographs, byte-identical per seed and across processes, photo-like in size."""
+"""testkit.photos: seeded photographs, byte-identical per seed and across processes, photo-like in size."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from numpy.typing import NDArray
 from PIL import Image, ImageOps, JpegImagePlugin, features
 
-from bench import photos
+from testkit import photos
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = (64, 48)  # enough for crops, flips and grain; fast where the size itself is not under test
@@ -212,7 +212,7 @@ def test_module_runs_with_a_pool(tmp_path: Path) -> None:
     command = [
         sys.executable,
         "-m",
-        "bench.photos",
+        "testkit.photos",
         str(out),
         "--num",
         "10",
@@ -229,7 +229,11 @@ def test_module_runs_with_a_pool(tmp_path: Path) -> None:
 
 def test_help_explains_the_options() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "bench.photos", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "testkit.photos", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0
     for word in ("ImageFolder", "--num", "--size", "--seed", "byte-identical"):

@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from bench import data, docs_page, system
+from bench import docs_page, system
+from bench.io import data
 from bench.scaling import report
 from bench.scaling.model import analytic_flops_per_sample, build_mlp, counted_flops_per_sample
 

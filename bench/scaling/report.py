@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.report import aligned, markdown_table
+from bench.io.tables import aligned, markdown_table
 
 PARTS = ("data_wait", "prepare", "forward", "backward", "allreduce", "optimizer", "other")
 RULES = {

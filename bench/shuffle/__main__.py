@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from bench import docs_page, system
-from bench.contenders import LoaderSettings
+from bench.io.contenders import LoaderSettings
 from bench.shuffle import RULES, contenders, data, report
 from bench.shuffle.quality import evaluate
 

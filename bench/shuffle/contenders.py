@@ -21,8 +21,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader, DistributedSampler
 
-from bench.contenders import SEED, LoaderSettings, webdataset_loader
-from bench.lmdb_loop import LmdbLoopDataset
+from bench.io.contenders import SEED, LoaderSettings, webdataset_loader
+from bench.io.lmdb_loop import LmdbLoopDataset
 from bench.shuffle.data import Pack
 from loaders import ShardedDataset, make_loader
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import lmdb_loop
-from bench.data import packer_fingerprint
+from bench.io import lmdb_loop
+from bench.io.data import packer_fingerprint
 from shardpipe import PackOptions, pack
 from shardpipe.manifest import load_manifest
 from shardpipe.sources.tree import split_key

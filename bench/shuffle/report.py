@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.report import aligned, markdown_table
+from bench.io.tables import aligned, markdown_table
 
 COLUMNS = (
     "contender",

@@ -1,6 +1,6 @@
 """``python -m bench.transfer``: where a batch's cost goes between a DataLoader worker and the trainer.
 
-Batches are made as shardpipe makes them (``loaders.collate_samples`` over sample dicts: keys as a list,
+Batches are made as shardpipe makes them (``loaders.batches.collate_samples`` over sample dicts: keys as a list,
 ``bin`` and ``cls`` as ``RaggedBytes``, the pad flags as a small tensor), built once per worker and yielded
 again and again, so only the transfer is timed. Transports, each through a real ``DataLoader`` (2 workers,
 prefetch 4, ``batch_size=None``, no conversion in the worker):
@@ -25,7 +25,7 @@ unpickle (or copy-out) + waiting: when workers keep up, the end-to-end time per 
 from __future__ import annotations
 
 RULES = {
-    "batches": "built once per worker (loaders.collate_samples, sizes +-25% around the mean) and yielded"
+    "batches": "built once per worker (loaders.batches.collate_samples, sizes +-25% around the mean) and yielded"
     " again and again: only the transfer is timed",
     "loader": "a real DataLoader per run: --workers workers, prefetch 4, batch_size=None, no conversion",
     "warmup": "the first --warmup batches of each run are discarded (worker start, pipes filling)",

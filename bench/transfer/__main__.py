@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from bench import docs_page, system
-from bench.report import aligned, markdown_table
+from bench.io.tables import aligned, markdown_table
 from bench.transfer import RULES
 from bench.transfer.measure import PIPE_BYTES, PREFETCH, RING_SLOTS, TRANSPORTS, components, run_once
 

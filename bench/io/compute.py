@@ -83,18 +83,39 @@ def small_resnet(num_classes: int = 10, width: int = 64, in_channels: int = 1, s
     )
 
 
-class GpuStep:
-    """Copy (pinned, non-blocking) and one bf16 training step of ``small_resnet``, timed by CUDA events."""
+class _GpuTraining:
+    """One bf16 training step of a model on the GPU, timed by CUDA events: the copy from ``start`` to
+    ``copied`` (a subclass copies), the step from ``copied`` to ``done`` (:meth:`train`), synchronized at
+    the end."""
 
-    def __init__(self, sample_bytes: int) -> None:
+    def __init__(self, model: nn.Module) -> None:
         self.device = torch.device("cuda")
-        self.side = max(8, min(64, math.isqrt(sample_bytes * 3 // 4)))  # every sample has >= side**2 bytes
-        self.model = small_resnet().to(self.device)
+        self.model = model.to(self.device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
         self.events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
 
-    def __call__(self, batch: Any, monitor: InputMonitor[Any]) -> None:
+    def train(self, images: torch.Tensor, target: torch.Tensor, monitor: InputMonitor[Any]) -> None:
         start, copied, done = self.events
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = nn.functional.cross_entropy(self.model(images), target)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        done.record()
+        done.synchronize()
+        monitor.add("copy", start.elapsed_time(copied) / 1000)
+        monitor.add("compute", copied.elapsed_time(done) / 1000)
+
+
+class GpuStep(_GpuTraining):
+    """Copy (pinned, non-blocking) and one bf16 training step of ``small_resnet``, timed by CUDA events."""
+
+    def __init__(self, sample_bytes: int) -> None:
+        super().__init__(small_resnet())
+        self.side = max(8, min(64, math.isqrt(sample_bytes * 3 // 4)))  # every sample has >= side**2 bytes
+
+    def __call__(self, batch: Any, monitor: InputMonitor[Any]) -> None:
+        start, copied, _ = self.events
         start.record()
         data = batch["bin"].to_tensors()[0].pin_memory().to(self.device, non_blocking=True)
         cls = batch["cls"]
@@ -106,18 +127,10 @@ class GpuStep:
         images = data[: n * pixels].view(n, 1, self.side, self.side).float().div_(255)  # bytes as images
         # Raw cls values are one ASCII digit each.
         target = (labels.long() if decoded else labels.long() - 48).clamp_(0, 9)[:n]
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = nn.functional.cross_entropy(self.model(images), target)
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        done.record()
-        done.synchronize()
-        monitor.add("copy", start.elapsed_time(copied) / 1000)
-        monitor.add("compute", copied.elapsed_time(done) / 1000)
+        self.train(images, target, monitor)
 
 
-class ImageGpuStep:
+class ImageGpuStep(_GpuTraining):
     """The image profiles' step: the uint8 crops (B, 3, H, W) copied pinned and non-blocking, normalised
     on the GPU (where the float conversion belongs), one bf16 training step of ``small_resnet`` with a
     stride-4 stem; timed by CUDA events like :class:`GpuStep`."""
@@ -125,16 +138,13 @@ class ImageGpuStep:
     MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet's, in [0, 1]
 
     def __init__(self, field: str = "jpg", label: str = "cls") -> None:
-        self.device = torch.device("cuda")
+        super().__init__(small_resnet(in_channels=3, stride=4))
         self.field, self.label = field, label
-        self.model = small_resnet(in_channels=3, stride=4).to(self.device)
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
         self.mean = torch.tensor(self.MEAN, device=self.device).view(1, 3, 1, 1) * 255
         self.std = torch.tensor(self.STD, device=self.device).view(1, 3, 1, 1) * 255
-        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
 
     def __call__(self, batch: Any, monitor: InputMonitor[Any]) -> None:
-        start, copied, done = self.events
+        start, copied, _ = self.events
         start.record()
         pixels = batch[self.field].pin_memory().to(self.device, non_blocking=True)
         labels = batch.get(self.label)
@@ -143,16 +153,11 @@ class ImageGpuStep:
         else:  # a pack of the user's without decoded labels: any class will do for the timing
             target = torch.zeros(len(pixels), dtype=torch.long, device=self.device)
         copied.record()
-        images = pixels.float().sub_(self.mean).div_(self.std)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = nn.functional.cross_entropy(self.model(images), target)
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        done.record()
-        done.synchronize()
-        monitor.add("copy", start.elapsed_time(copied) / 1000)
-        monitor.add("compute", copied.elapsed_time(done) / 1000)
+        self.train(pixels.float().sub_(self.mean).div_(self.std), target, monitor)
+
+
+Step = BusyStep | GpuStep | ImageGpuStep
+"""What a run calls on each batch, with the monitor that times it."""
 
 
 def make_step(compute_ms: float, sample_bytes: int) -> BusyStep | GpuStep:

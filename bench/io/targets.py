@@ -12,17 +12,19 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
-from bench.contenders import CLS_RAW
+from bench.io.contenders import CLS_RAW
+from bench.io.image_contenders import FUSED_PREPARED, LIMIT
 
-CLS_TARGET = 0.9  # every format's cls-decoding row >= 0.9x its raw-bytes row
+CLS_TARGET = 0.9
+"""The least ratio of every format's cls-decoding row to its raw-bytes row (:data:`CLS_RAW`)."""
 IMAGE_TARGETS = (  # (profile, contender, baseline, threshold): contender >= threshold x baseline
     ("images", "shardpipe-fused", "imagefolder-pil", 1.5),
     ("images", "shardpipe-fused", "webdataset-pil", 1.5),
     ("images-large", "shardpipe-fused", "imagefolder-pil", 4.0),
-    ("images", "shardpipe-fused", "decode-limit", 0.85),
-    ("images-large", "shardpipe-fused", "decode-limit", 0.85),
-    ("images", "shardpipe-fused-256", "imagefolder-pil", 5.0),
-    ("images-large", "shardpipe-fused-256", "imagefolder-pil", 5.0),
+    ("images", "shardpipe-fused", LIMIT, 0.85),
+    ("images-large", "shardpipe-fused", LIMIT, 0.85),
+    ("images", FUSED_PREPARED, "imagefolder-pil", 5.0),
+    ("images-large", FUSED_PREPARED, "imagefolder-pil", 5.0),
 )
 RULE = (
     "a target's value is the median over rounds of (contender samples/s / baseline samples/s) within the "

@@ -93,8 +93,9 @@ def decode_limit(
     return LimitRun(tuple(results.get() for _ in processes))
 
 
-def _child(columns: list[Any], plan: list[tuple[int, int]], crop: ColumnDecoder, barrier: Any,
-           results: Any) -> None:  # fmt: skip
+def _child(
+    columns: list[Any], plan: list[tuple[int, int]], crop: ColumnDecoder, barrier: Any, results: Any
+) -> None:
     torch.set_num_threads(1)  # as in a DataLoader worker
     column, keys = columns[plan[0][0]]
     crop(column, keys, DecodeContext(epoch=WARMUP_EPOCH))  # untimed: imports, first allocations

@@ -1,6 +1,6 @@
 """``make bench-io ARGS="--remote"``: the same read, with the tar shards in a loopback S3 server.
 
-The server (``bench.remote.loopback_s3``) answers every request after an injected latency and caps each
+The server (``bench.io.remote.loopback_s3``) answers every request after an injected latency and caps each
 response's bandwidth. Contenders, side by side in one run:
 
 - ``local-tar-cold`` / ``local-tar-warm``: shardpipe over the local copy, files evicted before each run
@@ -11,7 +11,7 @@ response's bandwidth. Contenders, side by side in one run:
 - ``webdataset-http``: webdataset reading the same tars from the same server through ``pipe:curl``.
 
 Each run also records the bytes the server sent, so "no shard fetched twice per node" is a figure.
-``measure`` runs the group, interleaved and rotated, for ``bench.__main__``; its docs section is
+``measure`` runs the group in rounds for ``bench.io.byte_profiles``; its docs section is
 ``bench-io-remote``.
 """
 
@@ -24,12 +24,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from bench import contenders, report, system
-from bench.contenders import LoaderSettings
-from bench.data import Dataset as BenchData
-from bench.remote import Endpoint, loopback_s3, upload_dataset
-from bench.run import run_once, summarize
-from loaders import RemoteOptions, ShardedDataset, make_loader
+from bench import system
+from bench.io import byte_report, contenders
+from bench.io.compute import Step
+from bench.io.contenders import LoaderSettings
+from bench.io.data import Dataset as BenchData
+from bench.io.remote import Endpoint, loopback_s3, upload_dataset
+from bench.io.run import Run, rounds, run_once
+from loaders import RemoteOptions, ShardedDataset
 
 NAMES = ("local-tar-cold", "local-tar-warm", "s3-tar-cold", "s3-tar-warm", "webdataset-http")
 COLD = {"local-tar-cold"}
@@ -37,7 +39,7 @@ COLD = {"local-tar-cold"}
 
 
 def register(endpoint: Endpoint, cache_root: Path, data: BenchData) -> None:
-    """Add the remote contenders to ``bench.contenders`` for this endpoint, and fill the warm cache."""
+    """Add the remote contenders to ``bench.io.contenders`` for this endpoint, and fill the warm cache."""
     warm = cache_root / "warm"
     shutil.rmtree(warm, ignore_errors=True)
 
@@ -50,7 +52,7 @@ def register(endpoint: Endpoint, cache_root: Path, data: BenchData) -> None:
                 shuffle_buffer=contenders.SHUFFLE_BUFFER,
                 remote=RemoteOptions(storage_options=endpoint.storage_options, cache_dir=cache_dir()),
             )
-            return _loader(dataset, s)
+            return contenders.shardpipe_loader(dataset, s)
 
         return build
 
@@ -71,14 +73,6 @@ def register(endpoint: Endpoint, cache_root: Path, data: BenchData) -> None:
         pass
 
 
-def _loader(dataset: ShardedDataset, s: LoaderSettings) -> Iterable[Any]:
-    kwargs = s.dataloader_kwargs()
-    return make_loader(
-        dataset, s.batch_size, s.num_workers, pin_memory=kwargs["pin_memory"],
-        persistent_workers=kwargs["persistent_workers"], prefetch_factor=kwargs["prefetch_factor"],
-    )  # fmt: skip
-
-
 def _webdataset(endpoint: Endpoint, data: BenchData, s: LoaderSettings) -> Iterable[Any]:
     """webdataset over the same server: each tar through ``pipe:curl`` of a presigned URL (the server
     answers anonymous requests 403, as a private bucket does)."""
@@ -86,9 +80,12 @@ def _webdataset(endpoint: Endpoint, data: BenchData, s: LoaderSettings) -> Itera
 
     options = endpoint.storage_options
     client = boto3.client(
-        "s3", endpoint_url=options["endpoint_url"], aws_access_key_id=options["key"],
-        aws_secret_access_key=options["secret"], region_name=options["client_kwargs"]["region_name"],
-    )  # fmt: skip
+        "s3",
+        endpoint_url=options["endpoint_url"],
+        aws_access_key_id=options["key"],
+        aws_secret_access_key=options["secret"],
+        region_name=options["client_kwargs"]["region_name"],
+    )
     bucket, _, prefix = endpoint.root.removeprefix("s3://").partition("/")
     root = data.packed("tar")
     urls = []
@@ -100,35 +97,47 @@ def _webdataset(endpoint: Endpoint, data: BenchData, s: LoaderSettings) -> Itera
 
 
 def measure(
-    args: argparse.Namespace, dataset: BenchData, settings: LoaderSettings, step: Any, warmup: int,
-    steps: int, profile_name: str,
-) -> list[dict[str, Any]]:  # fmt: skip
-    """The ``--remote`` group: interleaved repeats over the loopback S3 server, bytes fetched per run."""
+    args: argparse.Namespace,
+    dataset: BenchData,
+    settings: LoaderSettings,
+    step: Step,
+    warmup: int,
+    steps: int,
+    profile_name: str,
+) -> list[dict[str, Any]]:
+    """The ``--remote`` group: rounds over the loopback S3 server, the bytes fetched by each run."""
     bandwidth = args.bandwidth_mb * 1e6 if args.bandwidth_mb > 0 else None
     cache_root = args.out / "remote-cache"
     shutil.rmtree(cache_root, ignore_errors=True)
     cache_root.mkdir(parents=True)
+    fetched: dict[str, list[int]] = {n: [] for n in args.contenders}
     with loopback_s3(latency_s=args.latency_ms / 1000, bandwidth=bandwidth) as endpoint:
         upload_dataset(dataset.packed("tar"), endpoint)
         register(endpoint, cache_root, dataset)
-        runs: dict[str, list[Any]] = {n: [] for n in args.contenders}
-        fetched: dict[str, list[int]] = {n: [] for n in args.contenders}
-        for repeat in range(args.repeats):
-            shift = repeat % len(args.contenders)
-            for name in args.contenders[shift:] + args.contenders[:shift]:
-                endpoint.control.reset_counts()
-                run = run_once(name, dataset, settings, step, warmup=warmup, steps=steps,
-                               cold=name in COLD)  # fmt: skip
-                runs[name].append(run)
-                fetched[name].append(endpoint.control.bytes_sent)
-                speed = f"{run.samples_per_s:11,.0f} samples/s  fetched {fetched[name][-1] / 1e6:,.1f} MB"
-                print(f"  {profile_name:5} remote #{repeat + 1} {name:18} {speed}", flush=True)
+
+        def one(name: str) -> Run:
+            endpoint.control.reset_counts()
+            run = run_once(name, dataset, settings, step, warmup=warmup, steps=steps, cold=name in COLD)
+            fetched[name].append(endpoint.control.bytes_sent)
+            return run
+
+        def show(repeat: int, name: str, run: Run) -> None:
+            speed = f"{run.samples_per_s:11,.0f} samples/s  fetched {fetched[name][-1] / 1e6:,.1f} MB"
+            print(f"  {profile_name:5} remote #{repeat + 1} {name:18} {speed}", flush=True)
+
+        runs = rounds(args.contenders, args.repeats, one, show)
     shutil.rmtree(cache_root, ignore_errors=True)
-    entries = [summarize(n, runs[n], args.threshold) for n in args.contenders]
     floor = system.floor(dataset.shard_files("tar"), dataset.payload_bytes, cold=False)
-    report.add_ratios(entries, floor["payload_mb_per_s"])
+    entries = byte_report.byte_entries(
+        runs,
+        args.threshold,
+        floor,
+        profile=profile_name,
+        cache="remote",
+        eviction=None,
+        latency_ms=args.latency_ms,
+        bandwidth_mb=args.bandwidth_mb,
+    )
     for entry in entries:
-        entry.update(profile=profile_name, cache="remote", floor=floor, eviction=None,
-                     fetched_mb=[b / 1e6 for b in fetched[entry["contender"]]],
-                     latency_ms=args.latency_ms, bandwidth_mb=args.bandwidth_mb)  # fmt: skip
+        entry["fetched_mb"] = [b / 1e6 for b in fetched[entry["contender"]]]
     return entries

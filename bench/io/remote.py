@@ -3,7 +3,7 @@
 ``loopback_s3()`` starts moto's S3 on 127.0.0.1 (the same server the tests use, ``testkit.servers``) in a
 process of its own, makes a bucket and yields where it is; ``upload_dataset`` copies a packed dataset
 folder into it. The server counts requests and response bytes, so a benchmark can report the bytes fetched
-per epoch (with a cache that fits, each shard once per node). ``python -m bench.remote --quick`` reads a
+per epoch (with a cache that fits, each shard once per node). ``python -m bench.io.remote --quick`` reads a
 synthetic dataset through ``ShardCache`` cold and then warm, as a smoke run of the whole path.
 """
 
@@ -136,7 +136,7 @@ def _read_all(cache: ShardCache, refs: list[ShardRef], work_s: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.remote", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.io.remote", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="8 shards of 2 MiB")
     p.add_argument("--latency-ms", type=float, default=DEFAULT_LATENCY_S * 1000)
     p.add_argument("--bandwidth-mbs", type=float, default=DEFAULT_BANDWIDTH / 1e6, help="0 = no cap")

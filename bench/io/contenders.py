@@ -1,7 +1,7 @@
 """The loaders under test, each built fresh per run with the same DataLoader settings.
 
 Every contender yields the same batch shape: a dict with ``__key__`` (list), ``bin`` and ``cls`` as
-:class:`loaders.RaggedBytes` (collated by ``loaders.collate_samples``), so the consumer and the
+:class:`loaders.batches.RaggedBytes` (collated by ``loaders.batches.collate_samples``), so the consumer and the
 worker-to-main transfer cost the same for all, and the difference is how samples are found and read.
 The ``shardpipe-*-cls`` rows are the exception, on purpose: they read as users do, ``cls`` decoded to
 integers (``decode={"cls": "cls"}``, one int64 tensor per batch, still on ``make_loader``'s batch path),
@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, get_worker_info
 
-from bench import lmdb_loop
-from bench.data import Dataset as BenchData
-from bench.data import label_of
+from bench.io import lmdb_loop
+from bench.io.data import Dataset as BenchData
+from bench.io.data import label_of
 from loaders import ShardedDataset, make_loader
 from loaders.batches import collate_samples
 from loaders.transfer.transport import Transport
@@ -161,21 +161,32 @@ def _shardpipe(
 ) -> Callable[[BenchData, LoaderSettings], Iterable[Any]]:
     def build_one(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
         dataset = ShardedDataset(
-            data.packed(format_name), shuffle=True, seed=SEED, shuffle_buffer=SHUFFLE_BUFFER, check=check,
+            data.packed(format_name),
+            shuffle=True,
+            seed=SEED,
+            shuffle_buffer=SHUFFLE_BUFFER,
+            check=check,
             decode=decode,
-        )  # fmt: skip
-        kwargs = s.dataloader_kwargs()
-        return make_loader(
-            dataset,
-            s.batch_size,
-            s.num_workers,
-            pin_memory=kwargs["pin_memory"],
-            persistent_workers=kwargs["persistent_workers"],
-            prefetch_factor=kwargs["prefetch_factor"],
-            transport=transport,
         )
+        return shardpipe_loader(dataset, s, transport)
 
     return build_one
+
+
+def shardpipe_loader(
+    dataset: ShardedDataset, s: LoaderSettings, transport: Transport = "auto"
+) -> Iterable[Any]:
+    """shardpipe's own loader (``make_loader``) over ``dataset``, with the settings every contender gets."""
+    kwargs = s.dataloader_kwargs()
+    return make_loader(
+        dataset,
+        s.batch_size,
+        s.num_workers,
+        pin_memory=kwargs["pin_memory"],
+        persistent_workers=kwargs["persistent_workers"],
+        prefetch_factor=kwargs["prefetch_factor"],
+        transport=transport,
+    )
 
 
 def _in_memory(data: BenchData, s: LoaderSettings) -> Iterable[Any]:

@@ -16,9 +16,10 @@ field and the labels as one int64 tensor under ``cls``, so the consumer costs th
   applies the same crop;
 - ``shardpipe-fused``: ``decode={"jpg": RandomResizedCrop(224), "cls": "cls"}``, the crop drawn before
   decoding (``loaders.reading.images``), on ``make_loader``'s batch path;
-- ``shardpipe-fused-256``: the same on the pack prepared with ``--image-max-side 256``.
+- ``shardpipe-fused-<PREPARED_MAX_SIDE>``: the same on the pack prepared with ``--image-max-side``
+  ``PREPARED_MAX_SIDE`` (``bench.io.image_data``).
 
-``decode-limit`` (:mod:`bench.image_limit`) is the fused crop alone, no loader: the ceiling of the last
+``decode-limit`` (:mod:`bench.io.decode_limit`) is the fused crop alone, no loader: the ceiling of the last
 two. All shuffle as their users would; all take the same DataLoader settings.
 """
 
@@ -35,18 +36,20 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, default_collate
 
-from bench.contenders import SEED, SHUFFLE_BUFFER, LoaderSettings
-from loaders import RandomResizedCrop, ShardedDataset, make_loader
+from bench.io.contenders import SEED, SHUFFLE_BUFFER, LoaderSettings, shardpipe_loader
+from bench.io.image_data import PREPARED_MAX_SIDE
+from loaders import RandomResizedCrop, ShardedDataset
 
 CROP = 224
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)  # torchvision's RandomResizedCrop defaults
-LOADERS = ("imagefolder-pil", "webdataset-pil", "shardpipe-pil", "shardpipe-fused", "shardpipe-fused-256")
+FUSED_PREPARED = f"shardpipe-fused-{PREPARED_MAX_SIDE}"
+LOADERS = ("imagefolder-pil", "webdataset-pil", "shardpipe-pil", "shardpipe-fused", FUSED_PREPARED)
 LIMIT = "decode-limit"
-LIMIT_256 = "decode-limit-256"
+LIMIT_256 = f"{LIMIT}-{PREPARED_MAX_SIDE}"
 IMAGE_NAMES = (*LOADERS, LIMIT)
 DATA_NAMES = ("shardpipe-pil", "shardpipe-fused", LIMIT, LIMIT_256)
-"""``--data``: what runs on a pack of the user's (no file tree, no prepared pack: ``decode-limit-256`` is
-the decode limit on its photos shrunk in memory as ``--image-max-side 256`` would)."""
+"""``--data``: what runs on a pack of the user's (no file tree, no prepared pack: :data:`LIMIT_256` is
+the decode limit on its photos shrunk in memory as ``--image-max-side PREPARED_MAX_SIDE`` would)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,17 +195,15 @@ def _sharded(source: ImageSource, s: LoaderSettings, pack: Path, *, fused: bool)
     labels: dict[str, Any] = {} if source.label is None else {source.label: "cls"}
     decode = {source.field: RandomResizedCrop(CROP), **labels} if fused else labels
     transform = None if fused else PillowTransform(source.field, source.label)
-    dataset = ShardedDataset(pack, shuffle=True, seed=SEED, shuffle_buffer=SHUFFLE_BUFFER, decode=decode,
-                             transform=transform)  # fmt: skip
-    kwargs = s.dataloader_kwargs()
-    return make_loader(dataset, s.batch_size, s.num_workers, pin_memory=kwargs["pin_memory"],
-                       persistent_workers=kwargs["persistent_workers"],
-                       prefetch_factor=kwargs["prefetch_factor"])  # fmt: skip
+    dataset = ShardedDataset(
+        pack, shuffle=True, seed=SEED, shuffle_buffer=SHUFFLE_BUFFER, decode=decode, transform=transform
+    )
+    return shardpipe_loader(dataset, s)
 
 
 def _prepared(source: ImageSource, s: LoaderSettings) -> Iterable[Any]:
     if source.prepared is None:
-        raise ValueError("shardpipe-fused-256 reads the prepared pack: this source has none")
+        raise ValueError(f"{FUSED_PREPARED} reads the prepared pack: this source has none")
     return _sharded(source, s, source.prepared, fused=True)
 
 
@@ -211,23 +212,15 @@ BUILDERS: dict[str, Callable[[ImageSource, LoaderSettings], Iterable[Any]]] = {
     "webdataset-pil": _webdataset,
     "shardpipe-pil": lambda source, s: _sharded(source, s, source.pack, fused=False),
     "shardpipe-fused": lambda source, s: _sharded(source, s, source.pack, fused=True),
-    "shardpipe-fused-256": _prepared,
+    FUSED_PREPARED: _prepared,
 }
 
 
 def is_limit(name: str) -> bool:
-    """Whether ``name`` is a decode limit (no loader: :mod:`bench.image_limit`)."""
+    """Whether ``name`` is a decode limit (no loader: :mod:`bench.io.decode_limit`)."""
     return name in (LIMIT, LIMIT_256)
 
 
 def build_image(name: str, source: ImageSource, settings: LoaderSettings) -> Iterable[Any]:
     """A fresh loader for image contender ``name`` (workers start at its first ``iter()``)."""
     return BUILDERS[name](source, settings)
-
-
-def set_epoch(loader: Any, epoch: int) -> None:
-    """Reseed the next pass where the loader has a way to (shardpipe's loader, a DistributedSampler)."""
-    if hasattr(loader, "set_epoch"):
-        loader.set_epoch(epoch)
-    elif isinstance(getattr(loader, "sampler", None), DistributedSampler):
-        loader.sampler.set_epoch(epoch)

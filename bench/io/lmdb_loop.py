@@ -75,7 +75,7 @@ class LmdbLoopDataset(Dataset[dict[str, Any]]):
         finally:
             env.close()  # opened only to count: the readers open their own after the fork
         if count is None:
-            raise ValueError(f"{path} has no {COUNT_KEY!r} entry: not written by bench.lmdb_loop.write")
+            raise ValueError(f"{path} has no {COUNT_KEY!r} entry: not written by bench.io.lmdb_loop.write")
         self.length = int(count)
         self._env: Any = None
         self._txn: Any = None

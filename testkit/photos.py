@@ -23,7 +23,7 @@ proportion to how far past 1x the crop was enlarged) puts the texture back. With
 ones (500x375), enlarged less, keep more detail per pixel and take 0.1-0.6 at the default qualities.
 ``tests/test_photos.py`` checks both ranges.
 
-    python -m bench.photos OUT --num 5000 [--size 500x375] [--seed 0]
+    python -m testkit.photos OUT --num 5000 [--size 500x375] [--seed 0]
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ GRAIN_SIGMA = 3.0  # 8-bit levels of luma noise at 2x enlargement and beyond
 NUM_WORKERS = 2
 POOL_MIN_PIXELS = 128 * 500 * 375  # less work than this finishes before a pool's workers have started
 CHUNK_PIXELS = 16_000_000  # photos per pool task: even tasks whatever the size
+QUALITY = (85, 95)  # the JPEG quality range, inclusive, a photo's own drawn from it
 VARIANT_QUALITY = 90  # re-encoding quality of the grey, CMYK and WebP variants
 
 _SOI = b"\xff\xd8"
@@ -82,7 +83,7 @@ def make_photos(
     size: tuple[int, int] = (500, 375),
     num_classes: int = 10,
     seed: int = 0,
-    quality: tuple[int, int] = (85, 95),
+    quality: tuple[int, int] = QUALITY,
     num_workers: int | None = None,
 ) -> list[Path]:
     """Write an ImageFolder tree ``root/class_NN/<index:06d>.jpg``; return the paths, sorted.
@@ -113,7 +114,7 @@ def photo_bytes(
     *,
     size: tuple[int, int] = (500, 375),
     seed: int = 0,
-    quality: tuple[int, int] = (85, 95),
+    quality: tuple[int, int] = QUALITY,
     num_workers: int | None = None,
 ) -> list[bytes]:
     """The photos ``make_photos`` would write, in index order, in memory: for decode-bound benchmarks."""
@@ -299,7 +300,7 @@ portrait, saved as baseline 4:2:0 JPEGs. The same arguments give byte-identical 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.photos",
+        prog="python -m testkit.photos",
         description=CLI_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -317,8 +318,8 @@ def _parser() -> argparse.ArgumentParser:
         "--classes", type=int, default=10, help="class folders, filled round-robin (default 10)"
     )
     parser.add_argument(
-        "--quality", type=_parse_quality, default=(85, 95), metavar="LOW-HIGH",
-        help="JPEG quality, drawn per photo from this inclusive range (default 85-95)",
+        "--quality", type=_parse_quality, default=QUALITY, metavar="LOW-HIGH",
+        help=f"JPEG quality, drawn per photo from this inclusive range (default {QUALITY[0]}-{QUALITY[1]})",
     )  # fmt: skip
     parser.add_argument(
         "--workers",

@@ -13,13 +13,15 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
 import shardpipe
-from bench import lmdb_loop
+from bench.io import lmdb_loop
 from shardpipe.manifest import load_manifest
 
 DATA_VERSION = 1
@@ -52,34 +54,33 @@ QUICK_PROFILES = {
     "small": Profile("small", 6_000, 1024),
     "large": Profile("large", 960, 64 * 1024),
 }
+# (warmup, steps) per profile: the window must fit in one epoch of the profile's data.
+WINDOWS = {"small": (10, 400), "large": (10, 150)}
+QUICK_WINDOWS = {"small": (3, 30), "large": (2, 8)}
 
 
-@dataclass(frozen=True, slots=True)
-class Dataset:
-    """Where one profile's data lives: the file tree, one packed folder per format, and its file list."""
+class DataFolder:
+    """Where one profile's data lives (mixed into its dataclass, which gives ``root``): the file tree, one
+    folder per pack of it, and ``ready.json``, written last, which says both are complete."""
 
-    profile: Profile
+    __slots__ = ()
     root: Path
+    suffix: ClassVar[str]
 
     @property
     def tree(self) -> Path:
         return self.root / "files"
 
-    def packed(self, format_name: str) -> Path:
-        return self.root / format_name
-
-    @property
-    def lmdb_loop(self) -> Path:
-        """The one LMDB of the hand-written ``lmdb-loop`` reader (see ``bench.lmdb_loop``)."""
-        return self.root / "lmdb-loop"
+    def packed(self, name: str = "tar") -> Path:
+        return self.root / name
 
     def files(self) -> list[Path]:
-        """The small files in key order (the order the packer sees them)."""
-        return sorted(self.tree.rglob("*.bin"))
+        """The sample files in key order (the order the packer sees them)."""
+        return sorted(self.tree.rglob(f"*{self.suffix}"))
 
-    def shard_files(self, format_name: str, *, with_index: bool = False) -> list[Path]:
-        """The shard files of one format in manifest order (and their offset indexes, if asked)."""
-        root = self.packed(format_name)
+    def shard_files(self, name: str = "tar", *, with_index: bool = False) -> list[Path]:
+        """The shard files of one pack in manifest order (and their offset indexes, if asked)."""
+        root = self.packed(name)
         paths: list[Path] = []
         for entry in load_manifest(root).split_shards("train"):
             paths.append(root / entry.path)
@@ -92,6 +93,46 @@ class Dataset:
         return int(json.loads((self.root / "ready.json").read_text())["payload_bytes"])
 
 
+@dataclass(frozen=True, slots=True)
+class Dataset(DataFolder):
+    """A byte profile's data: the ``.bin`` tree, one pack per format, and the ``lmdb-loop`` copy."""
+
+    profile: Profile
+    root: Path
+    suffix: ClassVar[str] = ".bin"
+
+    @property
+    def lmdb_loop(self) -> Path:
+        """The one LMDB of the hand-written ``lmdb-loop`` reader (see ``bench.io.lmdb_loop``)."""
+        return self.root / "lmdb-loop"
+
+
+def refresh(
+    root: Path,
+    profile: dict[str, Any],
+    packs: Iterable[str],
+    make_tree: Callable[[], int],
+    make_packs: Callable[[], None],
+) -> None:
+    """Make a profile's data under ``root`` unless ``ready.json`` says it is there, packed by today's
+    packer: the tree when it is absent (``make_tree`` returns its payload bytes), the packs when they are
+    absent or stale. ``profile`` (its fields and fingerprint) goes into ``ready.json``."""
+    ready, packer = root / "ready.json", packer_fingerprint()
+    if ready.exists():
+        info = json.loads(ready.read_text())
+        if info.get("packer") == packer:
+            return
+        total = int(info["payload_bytes"])  # the same files, but shardpipe's packing code changed: repack
+        ready.unlink()
+        for name in packs:
+            shutil.rmtree(root / name, ignore_errors=True)
+    else:
+        shutil.rmtree(root, ignore_errors=True)  # an interrupted build: start over
+        total = make_tree()
+    make_packs()
+    ready.write_text(json.dumps({**profile, "payload_bytes": total, "packer": packer}, indent=1))
+
+
 def sample_sizes(profile: Profile) -> np.ndarray:
     """Per-sample payload sizes, uniform in [0.75, 1.25] x the mean, seeded by the profile."""
     rng = np.random.default_rng([DATA_VERSION, profile.num_samples, profile.sample_bytes])
@@ -102,40 +143,29 @@ def sample_sizes(profile: Profile) -> np.ndarray:
 def prepare(profile: Profile, cache: Path, *, workers: int = 2, log: bool = True) -> Dataset:
     """Return the profile's dataset under ``cache``, building and packing it if its fingerprint is absent."""
     dataset = Dataset(profile, Path(cache) / f"{profile.name}-{profile.fingerprint}")
-    ready, packer = dataset.root / "ready.json", packer_fingerprint()
-    if ready.exists() and json.loads(ready.read_text()).get("packer") == packer:
-        _ensure_lmdb_loop(dataset, log=log)
-        return dataset
-    if ready.exists():  # same files, but shardpipe's packing code changed since: repack only
-        total = int(json.loads(ready.read_text())["payload_bytes"])
-        ready.unlink()
-        for format_name in FORMATS:
-            shutil.rmtree(dataset.packed(format_name), ignore_errors=True)
-    else:
-        if dataset.root.exists():
-            shutil.rmtree(dataset.root)  # an interrupted build: start over
+
+    def make_tree() -> int:
         if log:
             print(
                 f"building {profile.name} data: {profile.num_samples:,} files of ~{profile.sample_bytes:,} B"
             )
-        total = _write_tree(profile, dataset.tree)
-    shards = max(profile.num_samples // NUM_SHARDS, 1)
-    for format_name in FORMATS:
-        command = [
-            sys.executable, "-m", "shardpipe", "pack", str(dataset.tree), str(dataset.packed(format_name)),
-            "--format", format_name, "--workers", str(workers), "--labels", "dirname",
-            "--max-samples", str(shards), "--max-bytes", "none", "--quiet",
-        ]  # fmt: skip
-        if log:
-            print("  " + " ".join(command[1:]))
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    info = {
-        "profile": asdict(profile),
-        "fingerprint": profile.fingerprint,
-        "payload_bytes": total,
-        "packer": packer,
-    }
-    (dataset.root / "ready.json").write_text(json.dumps(info, indent=1))
+        return _write_tree(profile, dataset.tree)
+
+    def make_packs() -> None:
+        shards = max(profile.num_samples // NUM_SHARDS, 1)
+        for format_name in FORMATS:
+            command = [
+                sys.executable, "-m", "shardpipe", "pack", str(dataset.tree),
+                str(dataset.packed(format_name)), "--format", format_name, "--workers", str(workers),
+                "--labels", "dirname",
+                "--max-samples", str(shards), "--max-bytes", "none", "--quiet",
+            ]  # fmt: skip
+            if log:
+                print("  " + " ".join(command[1:]))
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+    info = {"profile": asdict(profile), "fingerprint": profile.fingerprint}
+    refresh(dataset.root, info, FORMATS, make_tree, make_packs)
     _ensure_lmdb_loop(dataset, log=log)
     return dataset
 
