@@ -1,8 +1,8 @@
 """The loaders under test, each built fresh per run with the same DataLoader settings.
 
 Every contender yields the same batch shape: a dict with ``__key__`` (list), ``bin`` and ``cls`` as
-:class:`loaders.batches.RaggedBytes` (collated by ``loaders.batches.collate_samples``), so the consumer and the
-worker-to-main transfer cost the same for all, and the difference is how samples are found and read.
+:class:`loaders.batches.RaggedBytes` (collated by ``loaders.batches.collate_samples``), so the consumer
+and the worker-to-main transfer cost the same for all, and the difference is how samples are found and read.
 The ``shardpipe-*-cls`` rows are the exception, on purpose: they read as users do, ``cls`` decoded to
 integers (``decode={"cls": "cls"}``, one int64 tensor per batch, still on ``make_loader``'s batch path),
 beside the raw row of the same format (:data:`CLS_RAW` pairs them for the targets).

@@ -1,9 +1,9 @@
 """``python -m bench.transfer``: where a batch's cost goes between a DataLoader worker and the trainer.
 
-Batches are made as shardpipe makes them (``loaders.batches.collate_samples`` over sample dicts: keys as a list,
-``bin`` and ``cls`` as ``RaggedBytes``, the pad flags as a small tensor), built once per worker and yielded
-again and again, so only the transfer is timed. Transports, each through a real ``DataLoader`` (2 workers,
-prefetch 4, ``batch_size=None``, no conversion in the worker):
+Batches are made as shardpipe makes them (``loaders.batches.collate_samples`` over sample dicts: keys as a
+list, ``bin`` and ``cls`` as ``RaggedBytes``, the pad flags as a small tensor), built once per worker and
+yielded again and again, so only the transfer is timed. Transports, each through a real ``DataLoader``
+(2 workers, prefetch 4, ``batch_size=None``, no conversion in the worker):
 
 - ``pipe-64k``: the batch pickled into the worker's result pipe at the kernel's default pipe size;
 - ``pipe-1m``: the same with the pipe enlarged to 1 MiB (``F_SETPIPE_SZ``), as ``make_loader`` does;
@@ -25,8 +25,8 @@ unpickle (or copy-out) + waiting: when workers keep up, the end-to-end time per 
 from __future__ import annotations
 
 RULES = {
-    "batches": "built once per worker (loaders.batches.collate_samples, sizes +-25% around the mean) and yielded"
-    " again and again: only the transfer is timed",
+    "batches": "built once per worker (loaders.batches.collate_samples, sizes +-25% around the mean) and"
+    " yielded again and again: only the transfer is timed",
     "loader": "a real DataLoader per run: --workers workers, prefetch 4, batch_size=None, no conversion",
     "warmup": "the first --warmup batches of each run are discarded (worker start, pipes filling)",
     "window": "batches/s = the run's remaining batches (--bytes-per-run of payload, at least 50) / their"
