@@ -24,8 +24,9 @@ from shardpipe.packing.mapping import MapError
 from shardpipe.sources import IncompleteSamplesError, parquet_table, scan_source
 from shardpipe.sources.parquet_layout import ordered_splits, split_of
 from shardpipe.sources.parquet_table import UnusableColumnError, blob_name
-from shardpipe.storage import Store
+from shardpipe.storage import Store, open_store
 from shardpipe.tools.inspection import render, summarize
+from testkit.servers import S3Server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -321,3 +322,25 @@ def test_the_cli_packs_a_downloaded_hub_folder(tmp_path: Path) -> None:
         main, ["pack", str(src), str(tmp_path / "x"), "--format", "tar", "--field", "label"]
     )
     assert bad.exit_code == 2 and "expected COLUMN=FIELD pairs" in bad.output
+
+
+def test_a_hub_folder_in_a_bucket_packs_like_a_local_one(tmp_path: Path, s3: S3Server, s3_root: str) -> None:
+    """Listed as a prefix, footers and row groups read through the storage seam, the card fetched."""
+    src = hub_folder(tmp_path / "hub", train=(12,), test=5)
+    (src / "README.md").write_text(
+        "---\ndataset_info:\n  features:\n  - name: label\n    dtype:\n      class_label:\n        names:\n"
+        "          '0': a\n          '1': b\n          '2': c\n---\n"
+    )
+    for name in ("data/train-00000-of-00001.parquet", "data/test-00000-of-00001.parquet"):
+        table = pq.read_table(src / name).replace_schema_metadata(None)  # the card is the only features
+        pq.write_table(table, src / name, row_group_size=4)
+    options = s3.storage_options()
+    store = open_store(s3_root, storage_options=options)
+    for path in files_of(src):
+        store.put(f"hub/{path}", (src / path).read_bytes())
+    local = pack(src, tmp_path / "local", PackOptions(format="tar"), quiet=True).manifest
+    remote = pack(f"{s3_root}/hub", tmp_path / "remote", PackOptions(format="tar"), quiet=True,
+                  storage_options=options).manifest  # fmt: skip
+    assert remote.classes == local.classes == ("a", "b", "c")
+    assert [s.sha256 for s in remote.splits["test"]] == [s.sha256 for s in local.splits["test"]]
+    assert remote.source["files"] == 2 and remote.fields == local.fields

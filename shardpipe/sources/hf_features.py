@@ -80,8 +80,8 @@ def class_names_from_card(info: Mapping[str, Any]) -> dict[str, list[str]]:
         if not isinstance(feature, dict):
             continue
         dtype = feature.get("dtype")
-        if not isinstance(dtype, dict) and isinstance(feature.get("sequence"), dict):
-            dtype = feature["sequence"].get("dtype")  # a sequence of class labels
+        if dtype is None and isinstance(feature.get("sequence"), dict):
+            dtype = feature["sequence"]  # a sequence of class labels: {sequence: {class_label: ...}}
         label = dtype.get("class_label") if isinstance(dtype, dict) else None
         names = label.get("names") if isinstance(label, dict) else None
         if isinstance(names, dict):  # {'0': cat, '1': dog}: by index
