@@ -263,6 +263,10 @@ def test_columns_no_field_can_hold_are_usage_errors_naming_them(tmp_path: Path) 
     ):
         scan_source(tmp_path / "nested.parquet")
     assert "meta" not in scan_source(tmp_path / "nested.parquet", field_map={"meta": ""}).table.fields
+    categorical = pa.table({"tag": pa.array(["x", "y", "x"]).dictionary_encode()})
+    pq.write_table(categorical, tmp_path / "categorical.parquet")
+    scan = scan_source(tmp_path / "categorical.parquet")
+    assert scan.table.columns[0] == [b"x", b"y", b"x"]  # a dictionary column is its values
     mapped = pa.table({"m": pa.array([[("k", 1)]], pa.map_(pa.string(), pa.int64()))})
     pq.write_table(mapped, tmp_path / "map.parquet")
     result = CliRunner().invoke(

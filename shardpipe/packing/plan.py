@@ -61,7 +61,9 @@ def split_samples(
     order = hashed_order(table.keys, options.seed) if options.order == "hashed" else None
     if order is not None:
         table = table.take(order)
-    if options.source_splits:
+    if len(options.source_splits) == 1:
+        by_split = {options.source_splits[0]: list(range(len(table)))}
+    elif options.source_splits:
         if row_splits is None:
             raise ValueError("options.source_splits needs each row's split")  # a caller's mistake
         names = row_splits if order is None else [row_splits[i] for i in order]

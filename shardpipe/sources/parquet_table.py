@@ -226,6 +226,8 @@ def _kind(arrow_type: Any) -> tuple[str | None, str]:
     """``(kind, numpy dtype of an array)`` of a column type; ``(None, "")`` when no field can hold it."""
     import pyarrow.types as t
 
+    if t.is_dictionary(arrow_type):  # a pandas categorical, say: its values decide
+        return _kind(arrow_type.value_type)
     if t.is_binary(arrow_type) or t.is_large_binary(arrow_type) or t.is_fixed_size_binary(arrow_type):
         return "bytes", ""
     if t.is_string(arrow_type) or t.is_large_string(arrow_type):
@@ -261,6 +263,8 @@ def _kind(arrow_type: Any) -> tuple[str | None, str]:
 def read_table_piece(piece: TablePiece) -> TablePieceRows:
     """Read one piece's rows and turn each kept column into field cells; a bad row raises, named by its
     file and row."""
+    import pyarrow as pa
+
     source = ListSource(piece.file.location, "parquet", storage_options=piece.storage_options)
     wanted = [rule.column for rule in piece.rules] + ([piece.key_column] if piece.key_column else [])
     try:
@@ -281,6 +285,8 @@ def read_table_piece(piece: TablePiece) -> TablePieceRows:
     cells: list[list[bytes | None]] = []
     for rule in piece.rules:
         column = table.column(rule.column)
+        if pa.types.is_dictionary(column.type):
+            column = column.cast(column.type.value_type)
         if rule.kind == "blob":
             found_names, values = _blobs(column, rule, where)
             names.append(found_names if rule.field is None else rule.field)
@@ -446,7 +452,6 @@ def scan_parquet_dataset(
             _merge(piece, rows, grouped, origins, producers, found)
     features = features_from_schema(metadata)
     details: dict[str, Any] = {
-        "layout": "parquet",
         "files": len(found),
         "key": {"column": key_column}
         if key_column is not None
