@@ -61,13 +61,14 @@ def split_samples(
     order = hashed_order(table.keys, options.seed) if options.order == "hashed" else None
     if order is not None:
         table = table.take(order)
+    by_split: dict[str, list[int]]
     if len(options.source_splits) == 1:
         by_split = {options.source_splits[0]: list(range(len(table)))}
     elif options.source_splits:
         if row_splits is None:
             raise ValueError("options.source_splits needs each row's split")  # a caller's mistake
         names = row_splits if order is None else [row_splits[i] for i in order]
-        by_split: dict[str, list[int]] = {name: [] for name in options.source_splits}
+        by_split = {name: [] for name in options.source_splits}
         for row, name in enumerate(names):
             by_split[name].append(row)
     else:
