@@ -65,9 +65,14 @@ class UnusableColumnError(UsageError):
     """A column whose type cannot become a field; ``column`` names it (leaving it out is the fix), and
     ``problem`` is the message without the fix (the CLI gives the flag instead)."""
 
-    def __init__(self, problem: str, *, column: str) -> None:
-        super().__init__(f"{problem}; leave it out with field_map={{{column!r}: ''}}")
-        self.problem, self.column = problem, column
+    def __init__(self, message: str, *, column: str = "", problem: str = "") -> None:
+        super().__init__(message)
+        self.column, self.problem = column, problem or message
+
+    @classmethod
+    def of(cls, problem: str, column: str) -> UnusableColumnError:
+        message = f"{problem}; leave it out with field_map={{{column!r}: ''}}"
+        return cls(message, column=column, problem=problem)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,10 +199,10 @@ def column_rules(
         arrow_type = schema.field(name).type
         kind, dtype = _kind(arrow_type)
         if kind is None:
-            raise UnusableColumnError(
+            raise UnusableColumnError.of(
                 f"column {name!r} of {shown} is {arrow_type}, which cannot become a field (binary, string, "
                 "number, boolean, a list of numbers or a {bytes, path} struct can)",
-                column=name,
+                name,
             )
         default = f"{name}.npy" if kind == "array" else None if kind == "blob" else name
         rules.append(ColumnRule(name, kind, field_map.get(name, default), dtype))
