@@ -324,15 +324,13 @@ def _column_keys(column: Any, name: str, where: _Where) -> list[str]:
 
 
 def _cells(column: Any, rule: ColumnRule, where: _Where) -> list[bytes | None]:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    # Python loops rather than Arrow casts: a worker's first cast costs more than converting a piece
     if rule.kind == "bytes":
         return column.to_pylist()  # type: ignore[no-any-return]
     if rule.kind == "text":
-        return pc.cast(column, pa.large_binary()).to_pylist()  # type: ignore[no-any-return]
+        return [None if value is None else value.encode() for value in column.to_pylist()]
     if rule.kind == "integer":
-        return pc.cast(pc.cast(column, pa.string()), pa.binary()).to_pylist()  # type: ignore[no-any-return]
+        return [None if value is None else b"%d" % value for value in column.to_pylist()]
     if rule.kind == "value":
         return [None if value is None else _text(value) for value in column.to_pylist()]
     return _arrays(column, rule, where)
