@@ -348,3 +348,19 @@ def test_a_hub_folder_in_a_bucket_packs_like_a_local_one(tmp_path: Path, s3: S3S
     assert remote.classes == local.classes == ("a", "b", "c")
     assert [s.sha256 for s in remote.splits["test"]] == [s.sha256 for s in local.splits["test"]]
     assert remote.source["files"] == 2 and remote.fields == local.fields
+
+
+def test_positional_keys_stay_when_a_split_grows(tmp_path: Path) -> None:
+    """push_to_hub renames every file when it adds one (-of-00002 -> -of-00003): rows keep their keys."""
+    src = hub_folder(tmp_path / "hub", train=(30, 25))
+    before = scan_source(src).table
+    for number in range(2):
+        old = src / "data" / f"train-{number:05d}-of-00002.parquet"
+        old.rename(src / "data" / f"train-{number:05d}-of-00003.parquet")
+    pq.write_table(hf_table(55, 20), src / "data" / "train-00002-of-00003.parquet")
+    after = scan_source(src).table
+    assert len(after) == len(before) + 20 and after.keys == sorted(after.keys)
+    rows = {key: i for i, key in enumerate(after.keys)}
+    for i, key in enumerate(before.keys):
+        assert [column[rows[key]] for column in after.columns] == [column[i] for column in before.columns]
+    assert after.keys[-1] == "train/0000000074"
