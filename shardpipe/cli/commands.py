@@ -36,6 +36,7 @@ from shardpipe.packing.shard_writing import SourceFileError
 from shardpipe.packing.split import parse_split
 from shardpipe.process_settings import keep_freed_memory
 from shardpipe.sources import IncompleteSamplesError
+from shardpipe.sources.parquet_table import UnusableColumnError
 from shardpipe.tools.index import index as run_index
 from shardpipe.tools.inspection import inspect as run_inspect
 from shardpipe.tools.inspection import render
@@ -70,6 +71,8 @@ def _with_flags(exc: Exception) -> str:
     hint = ""
     if isinstance(exc, ConflictingOptionsError):
         return f"{' and '.join(f'--{name}' for name in exc.names)} contradict each other; choose one"
+    if isinstance(exc, UnusableColumnError):
+        return f"{exc.problem}; pass --field {exc.column}= to leave it out"
     if isinstance(exc, OutputNotEmptyError):
         hint = "use --overwrite to replace it"
         if exc.holds_dataset:
@@ -117,7 +120,8 @@ def main() -> None:
     "--split",
     "split_spec",
     metavar="NAME=FRAC,...",
-    help="Seeded split by key hash, e.g. train=0.9,val=0.1. Default: one split 'train'.",
+    help="Seeded split by key hash, e.g. train=0.9,val=0.1. Default: a Parquet dataset's own splits "
+    "(from its files' names), else one split 'train'.",
 )
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of the split hash and of the hashed order."
@@ -167,6 +171,20 @@ def main() -> None:
     metavar="FIELD,...",
     default="",
     help="File-list columns whose strings are values, not file paths (e.g. txt captions).",
+)
+@click.option(
+    "--key-column",
+    metavar="COLUMN",
+    help="A Parquet dataset's column of keys. Default: each row's position in its split, 'train/0000000042'.",
+)
+@click.option(
+    "--field",
+    "field_spec",
+    metavar="COLUMN=FIELD,...",
+    default="",
+    help="Name a Parquet dataset's columns as fields, e.g. label=cls,image=jpg; COLUMN= (empty) leaves a "
+    "column out. Default: a column keeps its name (a {bytes, path} image or audio column: its files' "
+    "extension; a list of numbers: COLUMN.npy).",
 )
 @click.option("--skip-incomplete", is_flag=True, help="Leave out samples missing a field the others have.")
 @click.option(
@@ -227,6 +245,8 @@ def pack(
     ray_address: str | None,
     labels: str | None,
     literal_fields: str,
+    key_column: str | None,
+    field_spec: str,
     skip_incomplete: bool,
     map_spec: str | None,
     map_version: str | None,
@@ -238,7 +258,8 @@ def pack(
     quiet: bool,
     storage_options: dict[str, Any],
 ) -> None:
-    """Pack SRC (a folder tree, or a .csv/.jsonl/.parquet file list) into shards in OUT.
+    """Pack SRC (a folder tree, a .csv/.jsonl/.parquet file list, or a Parquet dataset: a .parquet file or a
+    folder of them, as Hugging Face's hub serves them) into shards in OUT.
 
     SRC and OUT may be URLs (s3://bucket/prefix, gs://..., a list's cells too): shards are staged
     locally, uploaded and checked, the manifest uploaded last; --resume works against the bucket.
@@ -247,6 +268,7 @@ def pack(
     In a tree, files sharing a key form one sample and the extension names the field:
       cat/0001.jpg + cat/0001.json  ->  sample 'cat/0001' with fields jpg, json
     A file list needs a 'key' column and one column per field (a file path, or a value).
+    In a Parquet dataset each row is a sample and each column a field (see --key-column, --field).
     OUT gets manifest.json and OUT/<split>/shard-000000.<ext> (+ .idx offset indexes for tar/tfrecord).
 
     \b
@@ -262,7 +284,7 @@ def pack(
     source, target = location(src), location(out)
     options = PackOptions(
         format=format_name,
-        split=parse_split(split_spec),
+        split=None if split_spec is None else parse_split(split_spec),
         seed=seed,
         order=order,
         max_samples=max_samples,
@@ -270,6 +292,8 @@ def pack(
         workers=workers,
         labels=labels,
         literal_fields=tuple(f for f in literal_fields.split(",") if f),
+        key_column=key_column,
+        field_map=parse_field_map(field_spec),
         skip_incomplete=skip_incomplete,
         map=map_spec,
         map_version=map_version,
@@ -307,6 +331,21 @@ def pack(
             f"skipped {result.num_skipped_failed} sample(s) the map or image preparation failed on "
             "(--on-error skip); the manifest's 'skipped' names them"
         )
+
+
+def parse_field_map(spec: str) -> dict[str, str]:
+    """``"label=cls,meta="`` -> ``{"label": "cls", "meta": ""}`` (an empty name leaves the column out)."""
+    found: dict[str, str] = {}
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        column, sep, name = part.partition("=")
+        if not sep or not column:
+            raise UsageError(f"--field {spec!r}: expected COLUMN=FIELD pairs like label=cls,image=jpg")
+        if column in found:
+            raise UsageError(f"--field {spec!r}: column {column!r} is named twice")
+        found[column] = name
+    return found
 
 
 @main.command()

@@ -49,7 +49,7 @@ def job_manifest(
     """The manifest of a finished job: its shards by split in plan order, and every rule it followed."""
     splits = {
         name: tuple(e for j, e in zip(jobs, entries, strict=True) if j.split == name)
-        for name in options.split
+        for name in options.split_names
     }
     return Manifest(
         format=options.format,

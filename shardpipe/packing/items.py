@@ -158,7 +158,7 @@ def item_rows(outputs: Outputs, options: PackOptions) -> dict[str, np.ndarray]:
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
     rows: dict[str, np.ndarray] = {}
-    for split, groups in assign_splits(first_keys, options.split, options.seed).items():
+    for split, groups in assign_splits(first_keys, options.split_fractions, options.seed).items():
         ordered = sorted(groups, key=lambda g: rank[g])
         parts = [np.arange(firsts[g], firsts[g] + counts[g]) for g in ordered]
         rows[split] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)

@@ -21,6 +21,9 @@ from shardpipe.packing.transform import OnError, Transform, map_identity, resolv
 ORDERS = ("hashed", "sorted")
 ORDER_HASH = "blake2b-64(f'{seed}:{key}', person=b'shardpipe-order') ascending, ties by key"
 ORDER_PERSON = b"shardpipe-order"  # the hash domain: the split hashes the same text without it
+SOURCE_SPLITS = (
+    "the source's own: each Parquet file's split from its name or folder (shardpipe.sources.parquet_layout)"
+)
 JOB_OPTIONS = (
     "format",
     "split",
@@ -56,7 +59,9 @@ class PackOptions:
     """A pack job. ``workers``, ``resume`` and ``overwrite`` change how it runs, never its output."""
 
     format: str
-    split: dict[str, float] = field(default_factory=lambda: {"train": 1.0})
+    split: dict[str, float] | None = None
+    """Fractions of a seeded split by key hash, e.g. ``{"train": 0.9, "val": 0.1}``. None: the source's
+    own splits where it has them (a Parquet dataset's, from its files' names), else one split ``train``."""
     seed: int = 0
     order: str = "hashed"
     max_samples: int | None = None
@@ -81,9 +86,21 @@ class PackOptions:
     """Shrink image fields so their longest side is at most this (:mod:`shardpipe.packing.images`)."""
     image_quality: int | None = None
     """The JPEG / WebP quality of shrunk images (default 90)."""
+    key_column: str | None = None
+    """A Parquet dataset's column that holds the keys (default: each row's position in its split)."""
+    field_map: dict[str, str] = field(default_factory=dict)
+    """A Parquet dataset's column -> field name (``{"label": "cls", "image": "jpg"}``); an empty name
+    leaves the column out. Unnamed columns keep their own names (:mod:`shardpipe.sources.parquet_table`)."""
+    source_splits: tuple[str, ...] = ()
+    """Set by the pack, not by users: the source's own splits, kept because ``split`` is None."""
 
     def __post_init__(self) -> None:
         format_info(self.format)
+        if self.key_column is not None and not self.key_column:
+            raise UsageError("key_column must name a column, got ''")
+        for column, name in self.field_map.items():
+            if not isinstance(column, str) or not column or not isinstance(name, str):
+                raise UsageError(f"field_map maps column names to field names, got {column!r}: {name!r}")
         if self.order not in ORDERS:
             raise UsageError(f"order {self.order!r} is not one of {', '.join(ORDERS)}")
         if self.workers is not None and self.workers < 1:
@@ -115,10 +132,28 @@ class PackOptions:
             resolve(self.map)
         return Transform(self.map, images)
 
+    @property
+    def split_fractions(self) -> dict[str, float]:
+        """The fractions of the split by key hash (one split ``train`` when none were given)."""
+        return self.split if self.split is not None else {"train": 1.0}
+
+    @property
+    def split_names(self) -> tuple[str, ...]:
+        """The splits of the output, in manifest order."""
+        return self.source_splits or tuple(self.split_fractions)
+
     def job_options(self) -> dict[str, Any]:
-        """The options that shape the output, JSON-safe: what the manifest records and a resume compares."""
+        """The options that shape the output, JSON-safe: what the manifest records and a resume compares.
+
+        Those describing a Parquet dataset are recorded only when given, so a job without them is
+        identified as it was before they existed."""
         found = {name: getattr(self, name) for name in JOB_OPTIONS}
+        found["split"] = "source" if self.source_splits else self.split_fractions
         found["literal_fields"] = list(self.literal_fields)
+        if self.key_column is not None:
+            found["key_column"] = self.key_column
+        if self.field_map:
+            found["field_map"] = dict(self.field_map)
         transform = self.transform()
         if transform is not None:
             found["map"] = None if self.map is None else map_identity(self.map, self.map_version)
@@ -128,7 +163,9 @@ class PackOptions:
 
     def split_rule(self) -> dict[str, Any]:
         """How samples are assigned to splits, as the manifest records it."""
-        return {"method": SPLIT_METHOD, "seed": self.seed, "fractions": self.split}
+        if self.source_splits:
+            return {"method": SOURCE_SPLITS, "splits": list(self.source_splits)}
+        return {"method": SPLIT_METHOD, "seed": self.seed, "fractions": self.split_fractions}
 
     def shard_limits(self) -> dict[str, Any]:
         return {"max_samples": self.max_samples, "max_bytes": self.max_bytes}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
+from dataclasses import replace
 from typing import Any
 
 from shardpipe.formats import format_info
@@ -73,10 +74,14 @@ def _pack(
         skip_incomplete=options.skip_incomplete,
         pool=executor,
         storage_options=storage_options,
+        key_column=options.key_column,
+        field_map=options.field_map,
     )
     suffix = format_info(options.format).suffix
     transform = options.transform()
-    jobs = plan_jobs(scan.table, suffix, options)
+    if options.split is None and scan.splits:
+        options = replace(options, source_splits=scan.splits)
+    jobs = plan_jobs(scan.table, suffix, options, scan.row_splits)
     pieces = plan_pieces(jobs, suffix) if transform is not None else []
     source = redact_url(str(src)) if isinstance(src, str) else os.fspath(src)  # never a credential
     planned = [(p.relpath, p.samples) for p in pieces if p.samples is not None] or [
@@ -117,7 +122,7 @@ def _pack(
         jobs, write, args, target, prepared, executor, options, quiet
     )
 
-    source_record = {"kind": scan.kind, "path": source, "labels": options.labels}
+    source_record = {"kind": scan.kind, "path": source, "labels": options.labels, **scan.details}
     manifest = job_manifest(options, fields, jobs, entries, source_record, job, mapped, classes=scan.classes)
     target.commit(manifest)
     return PackResult(

@@ -4,7 +4,8 @@ The plan is made once, before any shard is written, and depends only on the scan
 options that shape the output (:data:`JOB_OPTIONS`): the same input gives the same plan on any machine,
 whoever runs it, so every shard's bytes are fixed before its writer starts. Invariants:
 
-* Split: a sample's split depends only on (seed, key) (``shardpipe.packing.split``).
+* Split: a sample's split depends only on (seed, key) (``shardpipe.packing.split``), or is the source's
+  own (a Parquet dataset's files' splits), kept as they are.
 * Order: within a split, ``sorted`` keeps key order; ``hashed`` orders by a seeded hash of the key, in a
   hash domain distinct from the split's, so adding files never reorders existing samples relative to
   each other, and a tree laid out by class still gives shards that mix classes.
@@ -52,20 +53,35 @@ class SampleTooLargeError(DataError):
         return cls(message, key=key, num_bytes=num_bytes, max_bytes=max_bytes)
 
 
-def split_samples(table: SampleTable, options: PackOptions) -> dict[str, SampleTable]:
-    """Each split's samples in plan order. ``table`` is in key order, as a scan returns it."""
-    if options.order == "hashed":
-        table = table.take(hashed_order(table.keys, options.seed))
-    return {
-        name: table if len(rows) == len(table) else table.take(rows)
-        for name, rows in assign_splits(table.keys, options.split, options.seed).items()
-    }
+def split_samples(
+    table: SampleTable, options: PackOptions, row_splits: Sequence[str] | None = None
+) -> dict[str, SampleTable]:
+    """Each split's samples in plan order. ``table`` is in key order, as a scan returns it; ``row_splits``
+    (aligned with it) are the source's own splits, kept when ``options.source_splits`` names them."""
+    order = hashed_order(table.keys, options.seed) if options.order == "hashed" else None
+    if order is not None:
+        table = table.take(order)
+    by_split: dict[str, list[int]]
+    if len(options.source_splits) == 1:
+        by_split = {options.source_splits[0]: list(range(len(table)))}
+    elif options.source_splits:
+        if row_splits is None:
+            raise ValueError("options.source_splits needs each row's split")  # a caller's mistake
+        names = row_splits if order is None else [row_splits[i] for i in order]
+        by_split = {name: [] for name in options.source_splits}
+        for row, name in enumerate(names):
+            by_split[name].append(row)
+    else:
+        by_split = assign_splits(table.keys, options.split_fractions, options.seed)
+    return {name: table if len(rows) == len(table) else table.take(rows) for name, rows in by_split.items()}
 
 
-def plan_jobs(table: SampleTable, suffix: str, options: PackOptions) -> list[ShardJob]:
-    """Every shard of every split, in manifest order."""
+def plan_jobs(
+    table: SampleTable, suffix: str, options: PackOptions, row_splits: Sequence[str] | None = None
+) -> list[ShardJob]:
+    """Every shard of every split, in manifest order (``row_splits``: see :func:`split_samples`)."""
     jobs = []
-    for name, samples in split_samples(table, options).items():
+    for name, samples in split_samples(table, options, row_splits).items():
         runs = cut_shards(
             samples.keys, samples.num_bytes, max_samples=options.max_samples, max_bytes=options.max_bytes
         )

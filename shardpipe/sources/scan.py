@@ -1,5 +1,11 @@
-"""Scanning a source into a :class:`~shardpipe.sources.table.SampleTable`: a tree or a file list, wherever
-it lives, every sample checked to have the same fields."""
+"""Scanning a source into a :class:`~shardpipe.sources.table.SampleTable`: a tree, a file list or a Parquet
+dataset, wherever it lives, every sample checked to have the same fields.
+
+Which one a source is: a folder (or an object-store prefix) is a tree, unless its files are Parquet
+files and side files only (:func:`~shardpipe.sources.parquet_layout.parquet_files`): then a Parquet
+dataset. A ``.parquet`` file is a file list when it has a ``key`` column and no features written by
+Hugging Face's ``datasets``, else a Parquet dataset of its own; ``.csv`` and ``.jsonl`` files are lists.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +19,12 @@ import numpy as np
 
 from shardpipe.errors import DataError, UsageError
 from shardpipe.sources.file_list import scan_file_list
-from shardpipe.sources.list_piece import KINDS
+from shardpipe.sources.list_piece import KINDS, list_kind
+from shardpipe.sources.parquet_layout import parquet_files, readme_cell
+from shardpipe.sources.parquet_table import TableScan, is_parquet_table, scan_parquet_dataset
 from shardpipe.sources.table import Grouped, SampleTable, Scan
 from shardpipe.sources.tree import add_labels, list_tree, scan_tree
+from shardpipe.sources.urls import Stores
 from shardpipe.storage import is_remote, open_store, redact_url
 
 
@@ -37,11 +46,15 @@ def scan_source(
     skip_incomplete: bool = False,
     pool: Executor | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    key_column: str | None = None,
+    field_map: Mapping[str, str] | None = None,
 ) -> Scan:
-    """Scan a tree or file list into a table of samples, checking that every sample has the same fields.
+    """Scan a tree, file list or Parquet dataset into a table of samples, checking that every sample has
+    the same fields.
 
     ``src`` is a path or a URL: a file list when it is a file (a URL: when its name ends like a list,
-    ``.csv``, ``.jsonl``, ``.parquet``...), else a tree.
+    ``.csv``, ``.jsonl``, ``.parquet``...), else a folder (see the module docstring for a Parquet one).
+    ``key_column`` and ``field_map`` describe a Parquet dataset (:mod:`shardpipe.sources.parquet_table`).
     """
     if is_remote(src):
         src = str(src)
@@ -54,18 +67,61 @@ def scan_source(
     if not is_tree and labels is not None:
         raise UsageError("labels apply to a directory tree; a file list carries its own label column")
     classes, ignored = None, 0
+    files: list[tuple[str, str]] | None = None
+    readme = None
     if is_tree:
         store = open_store(src, storage_options=storage_options)
         root = store.local_path()
         grouped, ignored = list_tree(store) if root is None else scan_tree(root, pool=pool)
-        if labels is not None:
+        files = parquet_files(grouped)
+        if files is not None:
+            cell = readme_cell(grouped)
+            readme = None if cell is None else _read_text(cell, storage_options)
+        elif labels is not None:
             classes = add_labels(labels, grouped, shown)
-    else:
+    elif list_kind(str(src)) == "parquet" and is_parquet_table(str(src), storage_options):
+        name = str(src).split("?", 1)[0].rsplit("/", 1)[-1]
+        files = [(name, str(src))]
+    if files is not None:
+        if labels is not None:
+            raise UsageError("labels apply to a directory tree of files; a Parquet dataset has label columns")
+        if literal_fields:
+            raise UsageError("literal fields describe a file list of paths; a Parquet dataset holds values")
+        found = scan_parquet_dataset(
+            files, shown, readme=readme, field_map=field_map, key_column=key_column,
+            storage_options=storage_options, pool=pool,
+        )  # fmt: skip
+        return _table_scan(found, shown, skip_incomplete)
+    if key_column is not None or field_map:
+        what = "key column" if key_column is not None else "field mapping"
+        raise UsageError(
+            f"a {what} applies to a Parquet dataset; {shown} is a {'tree' if is_tree else 'file list'}"
+        )
+    if not is_tree:
         grouped = scan_file_list(
             src, literal_fields=literal_fields, storage_options=storage_options, pool=pool
         )
     table, skipped = _table(grouped, shown, skip_incomplete)
     return Scan(table, classes, skipped, ignored, "tree" if is_tree else "list")
+
+
+def _read_text(cell: str, storage_options: Mapping[str, Any] | None) -> str | None:
+    """A side file's text (a dataset card), or None when it cannot be read as UTF-8."""
+    try:
+        data = Stores(storage_options).read(cell) if "://" in cell else Path(cell).read_bytes()
+        return data.decode()
+    except (OSError, DataError, UnicodeDecodeError):
+        return None
+
+
+def _table_scan(found: TableScan, shown: str, skip_incomplete: bool) -> Scan:
+    """A Parquet dataset's samples as a table, each row knowing its file, its row and its split."""
+    table, skipped = _table(found.grouped, shown, skip_incomplete)
+    origins = np.array([found.origins[key] for key in table.keys], dtype=np.int64).reshape(-1, 2)
+    names = tuple(f.shown for f in found.files)
+    table = SampleTable(table.keys, table.fields, table.columns, table.sizes, origins, names)
+    row_splits = tuple(found.files[number].split for number in origins[:, 0].tolist())
+    return Scan(table, found.classes, skipped, 0, "parquet", found.splits, row_splits, found.details)
 
 
 def _table(grouped: Grouped, shown: str, skip_incomplete: bool) -> tuple[SampleTable, int]:

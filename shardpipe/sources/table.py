@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +27,17 @@ class SampleTable:
     """``columns[j][i]``: field ``fields[j]`` of sample ``i``, a file path (``str``) or literal bytes."""
     sizes: np.ndarray
     """``(num_samples, num_fields)`` int64: the bytes of each field, as scanned."""
+    origins: np.ndarray | None = None
+    """``(num_samples, 2)`` int64: each sample's file (in :attr:`origin_files`) and row, for a source whose
+    samples are rows of files (a Parquet dataset), so that a message names them; None otherwise."""
+    origin_files: tuple[str, ...] = ()
+
+    def origin(self, row: int) -> str | None:
+        """``"data/train-00000-of-00001.parquet row 8"``: where sample ``row`` came from, if known."""
+        if self.origins is None:
+            return None
+        number, file_row = self.origins[row].tolist()
+        return f"{self.origin_files[number]} row {file_row + 1}"
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -37,12 +49,16 @@ class SampleTable:
 
     def take(self, rows: slice | list[int]) -> SampleTable:
         """The samples at ``rows`` (a slice, or a list of indices in the order wanted), as a table."""
+        origins = None if self.origins is None else self.origins[rows]
         if isinstance(rows, slice):
             return SampleTable(
-                self.keys[rows], self.fields, [c[rows] for c in self.columns], self.sizes[rows]
-            )
+                self.keys[rows], self.fields, [c[rows] for c in self.columns], self.sizes[rows], origins,
+                self.origin_files,
+            )  # fmt: skip
         columns = [[column[i] for i in rows] for column in self.columns]
-        return SampleTable([self.keys[i] for i in rows], self.fields, columns, self.sizes[rows])
+        return SampleTable(
+            [self.keys[i] for i in rows], self.fields, columns, self.sizes[rows], origins, self.origin_files
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,4 +68,11 @@ class Scan:
     num_skipped_incomplete: int
     num_ignored_files: int
     kind: str = "tree"
-    """``tree`` or ``list``, as the manifest records the source."""
+    """``tree``, ``list`` or ``parquet``, as the manifest records the source."""
+    splits: tuple[str, ...] = ()
+    """The source's own splits (a Parquet dataset's, from its files' names), in order; empty for a
+    source without them."""
+    row_splits: tuple[str, ...] | None = None
+    """Each row's split among :attr:`splits`, aligned with :attr:`table`; None without them."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """What the manifest's ``source`` records about the source beyond its kind and path."""

@@ -64,6 +64,9 @@ class MapPiece:
         """Where input ``position`` came from, for a message: its files, or the item itself."""
         if self.samples is None:
             return f"{self.items[position]!r:.80}"
+        origin = self.samples.origin(position)
+        if origin is not None:
+            return origin
         cells = [column[position] for column in self.samples.columns if isinstance(column[position], str)]
         return ", ".join(map(str, cells)) or "literal values"
 
