@@ -20,8 +20,9 @@ from typing import Any
 
 import torch
 
-from bench import contenders, data, docs_page, image_bench, image_report, remote_io, report, system
+from bench import contenders, data, image_bench, image_report, remote_io, report
 from bench import targets as targets_module
+from bench.common import docs_page, system
 from bench.compute import BusyStep, make_step
 from bench.image_contenders import DATA_NAMES, IMAGE_NAMES
 from bench.run import run_once, summarize

@@ -20,8 +20,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import image_report, system
+from bench import image_report
 from bench import targets as targets_module
+from bench.common import system
 from bench.compute import BusyStep, make_image_step
 from bench.contenders import SEED, SHUFFLE_BUFFER, LoaderSettings
 from bench.image_contenders import LIMIT, LIMIT_256, ImageSource, is_limit

@@ -20,10 +20,10 @@ from typing import Any
 import psutil
 
 from bench import image_limit
+from bench.common.system import PeakRss
 from bench.compute import BusyStep, ImageGpuStep
 from bench.contenders import LoaderSettings
 from bench.image_contenders import ImageSource, build_image, is_limit, set_epoch
-from bench.system import PeakRss
 from loaders import RaggedBytes
 from loaders.monitor import InputMonitor
 

@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from bench import contenders, report, system
+from bench import contenders, report
+from bench.common import system
 from bench.contenders import LoaderSettings
 from bench.data import Dataset as BenchData
 from bench.remote import Endpoint, loopback_s3, upload_dataset

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from bench import contenders
+from bench.common.system import PeakRss, evict, read_all
 from bench.compute import BusyStep, GpuStep
 from bench.data import Dataset
-from bench.system import PeakRss, evict, read_all
 from loaders.monitor import InputMonitor
 
 MB = 1e6  # MB/s here are decimal megabytes of sample payload (the ``bin`` field) per second

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.docs_page import read_section
+from bench.common.docs_page import read_section
 from bench.transfer.measure import TRANSPORTS, run_once
 
 pytestmark = pytest.mark.bench
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(120)
