@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Mapping
 from typing import Any
 
 from bench.common.report import measured_on
@@ -96,7 +97,7 @@ def summarize(
     return entries
 
 
-def notes(cuda: bool, hardware: dict[str, Any]) -> list[str]:
+def notes(cuda: bool, hardware: Mapping[str, Any]) -> list[str]:
     """What the numbers can and cannot say on this machine."""
     if cuda:
         return ["one rank per GPU (NCCL); each part ends with torch.cuda.synchronize, which adds a little"]
