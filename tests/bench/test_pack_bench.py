@@ -134,6 +134,15 @@ class FakeClock:
         return self.now
 
 
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The timed rounds on a fake clock, without os.sync()."""
+    fake = FakeClock()
+    monkeypatch.setattr(pack_run.time, "perf_counter", fake.perf_counter)
+    monkeypatch.setattr(pack_run.os, "sync", lambda: None)
+    return fake
+
+
 def _fake(name: str, clock: FakeClock, seconds: list[float], profile: Profile) -> Contender:
     """A contender that takes ``seconds[round]`` on the fake clock and leaves a plausible output."""
     calls = iter(seconds)
@@ -150,12 +159,7 @@ def _fake(name: str, clock: FakeClock, seconds: list[float], profile: Profile) -
     return Contender(name, "fake", run)
 
 
-def test_rounds_paired_ratios_and_targets_on_a_fake_clock(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    clock = FakeClock()
-    monkeypatch.setattr(pack_run.time, "perf_counter", clock.perf_counter)
-    monkeypatch.setattr(pack_run.os, "sync", lambda: None)
+def test_rounds_paired_ratios_and_targets_on_a_fake_clock(tmp_path: Path, clock: FakeClock) -> None:
     profile = Profile("small", 10, 100)
     seconds = {
         TAR: [1.0, 2.0, 1.0],  # the machine slows down in round 2: paired ratios cancel it
@@ -188,12 +192,7 @@ def test_rounds_paired_ratios_and_targets_on_a_fake_clock(
     assert {t["target"]: t["met"] for t in targets(slower)}[MAP_TARGET] is False  # 1.32x: too slow
 
 
-def test_image_targets_divide_by_the_bare_pool_on_a_fake_clock(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    clock = FakeClock()
-    monkeypatch.setattr(pack_run.time, "perf_counter", clock.perf_counter)
-    monkeypatch.setattr(pack_run.os, "sync", lambda: None)
+def test_image_targets_divide_by_the_bare_pool_on_a_fake_clock(tmp_path: Path, clock: FakeClock) -> None:
     profile = Profile("images", 10, 100)
     seconds = {
         BARE_POOL: [1.0, 2.0, 1.0],
