@@ -15,7 +15,9 @@ from bench.demo.run import FORMATS, pack, shardpipe, train_command, train_env
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(bench.demo.__doc__ or "").split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.demo", description=(bench.demo.__doc__ or "").split("\n\n")[0]
+    )
     parser.add_argument("--out", type=Path, default=Path("demo-out"), help="output folder")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--format", choices=FORMATS, default="tar", help="pack to train on")
