@@ -42,7 +42,7 @@ format: setup
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
 bench-pack: setup
-	$(BIN)/python -m bench.pack_bench --docs docs/benchmarks.md $(ARGS)
+	$(BIN)/python -m bench.pack --docs docs/benchmarks.md $(ARGS)
 
 bench-io: setup
 	$(BIN)/python -m bench.io --docs docs/benchmarks.md $(ARGS)

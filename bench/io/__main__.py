@@ -3,9 +3,10 @@
 For each profile (and cache state), every contender runs ``--repeats`` times in rounds (``bench.io.run``)
 so drift on a noisy machine hits all contenders alike: the byte profiles (``bench.io.byte_profiles``), or
 with ``--profile images`` or ``--data PACK`` the image profiles (``bench.io.image_profiles``). See
-``bench.io.report`` for the output, ``bench.io.targets`` for the targets judged, and ``bench.docs_page`` for
-the section of ``docs/benchmarks.md`` that ``--docs`` writes (one per kind of run: ``bench-io``,
-``bench-io-workers-0``, ``bench-io-images``, ``bench-io-remote``, ``bench-io-cold``; never for ``--data``).
+``bench.io.report`` for the output, ``bench.io.targets`` for the targets judged, and
+``bench.common.docs_page`` for the section of ``docs/benchmarks.md`` that ``--docs`` writes (one per kind
+of run: ``bench-io``, ``bench-io-workers-0``, ``bench-io-images``, ``bench-io-remote``, ``bench-io-cold``;
+never for ``--data``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import torch
 
-from bench import docs_page
+from bench.common import docs_page
 from bench.io import (
     byte_profiles,
     byte_report,

@@ -13,7 +13,7 @@ import argparse
 import time
 from typing import Any
 
-from bench import system
+from bench.common import system
 from bench.io import byte_report, contenders, data, remote_contenders, report, targets
 from bench.io.compute import BusyStep, Step, make_step
 from bench.io.run import Run, rounds, run_once, window

@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import system
+from bench.common import system
+from bench.common.tables import markdown_table
 from bench.io import report
 from bench.io.report import Meta, Results
 from bench.io.run import Run, summarize
-from bench.io.tables import markdown_table
 
 FIGURE = "throughput.png"
 CAPTION = "payload MB/s per contender (median of repeats, bars min-max; orange: input-bound)"

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import system
+from bench.common import system
+from bench.common.system import PeakRss
 from bench.io import image_report, report, targets
 from bench.io.compute import BusyStep, Step, make_image_step
 from bench.io.contenders import LoaderSettings
@@ -34,7 +35,6 @@ from bench.io.image_data import (
     prepare_images,
 )
 from bench.io.run import Run, rounds, summarize, timed, window
-from bench.system import PeakRss
 from loaders import ShardedDataset
 from loaders.batches import RaggedBytes
 

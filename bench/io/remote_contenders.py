@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from bench import system
+from bench.common import system
 from bench.io import byte_report, contenders
 from bench.io.compute import Step
 from bench.io.contenders import LoaderSettings

@@ -1,6 +1,6 @@
 """The outputs of a bench-io run: a terminal table, ``report.json``, ``report.md`` and its plot, and the
-tables of its ``--docs`` section (``bench.docs_page``), as every kind of run (:class:`Kind`) writes them;
-the rows of each kind are in ``bench.io.byte_report`` and ``bench.io.image_report``.
+tables of its ``--docs`` section (``bench.common.docs_page``), as every kind of run (:class:`Kind`) writes
+them; the rows of each kind are in ``bench.io.byte_report`` and ``bench.io.image_report``.
 
 Ratios are taken within one group (a profile, and for bytes a cache state) of one run, so they hold on a
 noisy machine; absolute numbers compare only on like hardware, batch size and data (all recorded in the
@@ -19,10 +19,10 @@ from typing import Any, Protocol
 
 import torch
 
-from bench import system
+from bench.common import system
+from bench.common.tables import aligned, markdown_table
 from bench.io import targets
 from bench.io.contenders import SEED, SHUFFLE_BUFFER, LoaderSettings
-from bench.io.tables import aligned, markdown_table
 
 Meta = dict[str, Any]
 Results = list[dict[str, Any]]

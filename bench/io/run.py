@@ -27,10 +27,10 @@ import psutil
 import torch
 from torch.utils.data import DistributedSampler
 
+from bench.common.system import PeakRss, evict, read_all
 from bench.io import contenders
 from bench.io.compute import Step
 from bench.io.data import Dataset
-from bench.system import PeakRss, evict, read_all
 from loaders.monitor import InputMonitor, count_samples
 
 MB = 1e6  # MB/s here are decimal megabytes of sample payload (the ``bin`` field) per second

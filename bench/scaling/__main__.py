@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from bench import docs_page, system
+from bench.common.report import DocsSection, Run, write_report
 from bench.io import data
 from bench.scaling import report
 from bench.scaling.model import analytic_flops_per_sample, build_mlp, counted_flops_per_sample
@@ -153,36 +153,27 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             print(f"  {ranks} rank(s): {report.quick_line(launches[ranks], args.batch_size)}", flush=True)
     results = report.summarize(launches, model["flops_per_sample"], args.threshold)
+    run = Run.of("bench.scaling", argv, args)
     meta = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "wall_s": round(time.perf_counter() - started, 1),
-        "hardware": system.hardware(),
-        "versions": system.versions(),
+        "hardware": run.machine,
+        "versions": run.versions,
         "backend": launches[1]["backend"],
         "device": "cuda" if cuda else "cpu",
-        "parameters": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "parameters": run.parameters,
         "model": model,
         "data": dataset or {"synthetic": True, "note": "8 random in-memory batches per rank, cycled"},
         "rules": report.RULES,
-        "notes": report.notes(cuda, system.hardware()),
+        "notes": report.notes(cuda, run.machine),
     }
-    paths = report.write(args.out, meta, results)
+    docs = None
     if args.docs:
-        section = docs_page.Section(
-            name="bench-scaling",
-            title="bench-scaling: weak scaling",
-            date=docs_page.utc_date(),
-            command=docs_page.command_line("bench.scaling", sys.argv[1:] if argv is None else argv),
-            machine=meta["hardware"],
-            versions=meta["versions"],
-            settings={
-                **docs_page.flags(vars(args)),
-                **{k: meta[k] for k in ("backend", "device", "model", "data")},
-            },
-            rules=meta["rules"],
-            results=report.result_lines(meta, results, "####"),
-        )
-        paths += docs_page.publish(args.docs, section)
+        lines = report.result_lines(meta, results, "####")
+        settings = {k: meta[k] for k in ("backend", "device", "model", "data")}
+        docs = DocsSection(args.docs, "bench-scaling", "weak scaling", report.RULES, lines, settings)
+    record = {**meta, "results": results}
+    paths = write_report(args.out, run, record, report.markdown(meta, results), docs=docs)
     print(report.table(results))
     for entry in results:
         if entry["explanation"]:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import statistics
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
-from bench.io.tables import aligned, markdown_table
+from bench.common.report import measured_on
+from bench.common.tables import aligned, markdown_table
 
 PARTS = ("data_wait", "prepare", "forward", "backward", "allreduce", "optimizer", "other")
 RULES = {
@@ -96,7 +97,7 @@ def summarize(
     return entries
 
 
-def notes(cuda: bool, hardware: dict[str, Any]) -> list[str]:
+def notes(cuda: bool, hardware: Mapping[str, Any]) -> list[str]:
     """What the numbers can and cannot say on this machine."""
     if cuda:
         return ["one rank per GPU (NCCL); each part ends with torch.cuda.synchronize, which adds a little"]
@@ -154,7 +155,7 @@ def result_lines(meta: dict[str, Any], results: list[dict[str, Any]], heading: s
 
 
 def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
-    hw, p, m = meta["hardware"], meta["parameters"], meta["model"]
+    p, m = meta["parameters"], meta["model"]
     source = (
         "synthetic in-memory batches"
         if p["synthetic"]
@@ -163,8 +164,8 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
     lines = [
         "# shardpipe weak-scaling benchmark",
         "",
-        f"{meta['created']} on {hw['cpu']} ({hw['cores_usable']} usable cores, {hw['ram_gib']} GiB RAM, GPU: "
-        f"{hw['gpu'] or 'none'}); backend {meta['backend']}; {source}; batch {p['batch_size']} per rank, "
+        f"{measured_on(meta['created'], meta['hardware'])}; backend {meta['backend']}; {source}; "
+        f"batch {p['batch_size']} per rank, "
         f"{p['workers']} worker(s) and {p['threads']} thread(s) per rank; MLP {m['input_bytes']}-"
         f"{'-'.join([str(m['hidden'])] * m['layers'])}-10 ({m['parameters']:,} parameters, "
         f"{m['flops_per_sample'] / 1e6:.2f} MFLOP/sample fwd+bwd); warm-up {p['warmup']} steps, "
@@ -181,11 +182,3 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
     ):
         lines += ["", f"## {title}", "", "```json", json.dumps(meta[key], indent=1), "```"]
     return "\n".join(lines) + "\n"
-
-
-def write(out: Path, meta: dict[str, Any], results: list[dict[str, Any]]) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "report.json", out / "report.md"]
-    paths[0].write_text(json.dumps({**meta, "results": results}, indent=1) + "\n")
-    paths[1].write_text(markdown(meta, results))
-    return paths

@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from bench import docs_page, system
+from bench.common import system
+from bench.common.report import Chart, DocsSection, Run, write_report
 from bench.io.contenders import LoaderSettings
 from bench.shuffle import RULES, contenders, data, report
 from bench.shuffle.quality import evaluate
@@ -25,6 +26,11 @@ FULL = {
     "buffers": "256,1024,4096,8192",
     "blocks": "1,4,16,64,256",
 }
+CAPTION = "classes per batch (x ideal) and read samples/s against samples held per worker"
+SPREAD = (
+    "the grid's speeds are single runs, a rough guide; the speed target's runs are given min-max beside its"
+    " ratio of medians"
+)
 QUICK = {"classes": 100, "per_class": 150, "shard_samples": 250, "buffers": "1024,4096", "blocks": "1,16,256"}
 
 
@@ -106,6 +112,20 @@ def _entry(
     }
 
 
+def _docs(
+    page: Path, meta: dict[str, Any], results: list[dict[str, Any]], found: list[dict[str, Any]], loader: Any
+) -> DocsSection:
+    """This run's section of the docs page: the loader's settings, the grid's speeds as a rough guide."""
+    rules = {**RULES, "spread": SPREAD}
+    lines = [
+        f"\\* = shardpipe's defaults ({meta['defaults']}); one rank.",
+        "",
+        *report.result_lines(meta, results, found, "####"),
+    ]
+    settings = {**{k: meta[k] for k in ("profile", "num_shards", "defaults")}, "loader": loader}
+    return DocsSection(page, "bench-shuffle", "how well batches mix", rules, lines, settings)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
@@ -139,11 +159,12 @@ def main(argv: list[str] | None = None) -> int:
                 gc.collect()
     found = report.targets(results, speed)
     default = next(e for e in results if e["is_default"])
+    run = Run.of("bench.shuffle", argv, args)
     meta: dict[str, Any] = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "wall_s": round(time.perf_counter() - started, 1),
-        "hardware": system.hardware(),
-        "versions": system.versions(),
+        "hardware": run.machine,
+        "versions": run.versions,
         "profile": {
             **asdict(profile),
             "fingerprint": profile.fingerprint,
@@ -151,44 +172,16 @@ def main(argv: list[str] | None = None) -> int:
         },
         "num_shards": len(next(iter(packs.values())).shard_sizes),
         "defaults": f"shuffle_buffer={default['shuffle_buffer']}, block_size={default['block_size']}",
-        "parameters": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "parameters": run.parameters,
         "speed": speed,
         "rules": RULES,
     }
-    paths = report.write(args.out, meta, results, found)
-    if args.docs:
-        section = docs_page.Section(
-            name="bench-shuffle",
-            title="bench-shuffle: how well batches mix",
-            date=docs_page.utc_date(),
-            command=docs_page.command_line("bench.shuffle", sys.argv[1:] if argv is None else argv),
-            machine=meta["hardware"],
-            versions=meta["versions"],
-            settings={
-                **docs_page.flags(vars(args)),
-                **{k: meta[k] for k in ("profile", "num_shards", "defaults")},
-                "loader": asdict(settings),
-            },
-            rules={
-                **RULES,
-                "spread": "the grid's speeds are single runs, a rough guide; the speed target's runs are "
-                "given min-max beside its ratio of medians",
-            },
-            results=[
-                f"\\* = shardpipe's defaults ({meta['defaults']}); one rank.",
-                "",
-                *report.result_lines(meta, results, found, "####"),
-            ],
-            figures=(
-                docs_page.Figure(
-                    args.out / "quality.png",
-                    "bench-shuffle.png",
-                    "bench-shuffle: classes per batch (x ideal) and read samples/s against samples held per "
-                    "worker",
-                ),
-            ),
-        )
-        paths += docs_page.publish(args.docs, section)
+    record = {**meta, "targets": found, "results": results}
+    chart = Chart("quality.png", lambda path: report.chart(path, results), CAPTION)
+    docs = None if args.docs is None else _docs(args.docs, meta, results, found, asdict(settings))
+    paths = write_report(
+        args.out, run, record, report.markdown(meta, results, found), charts=[chart], docs=docs
+    )
     print(report.table(results))
     print("\n" + "\n".join(report.target_lines(found)))
     print("wrote " + ", ".join(str(p) for p in paths))

@@ -8,7 +8,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.io.tables import aligned, markdown_table
+from bench.common.report import measured_on
+from bench.common.tables import aligned, markdown_table
 
 COLUMNS = (
     "contender",
@@ -133,11 +134,11 @@ def result_lines(
 
 
 def markdown(meta: dict[str, Any], results: list[dict[str, Any]], found: list[dict[str, Any]]) -> str:
-    hw, p = meta["hardware"], meta["parameters"]
+    p = meta["parameters"]
     lines = [
         "# shardpipe shuffle benchmark",
         "",
-        f"{meta['created']} on {hw['cpu']} ({hw['cores_usable']} usable cores, {hw['ram_gib']} GiB RAM); "
+        f"{measured_on(meta['created'], meta['hardware'])}; "
         f"{p['classes']} classes x {p['per_class']} samples, {meta['num_shards']} shards per pack, batch "
         f"{p['batch_size']}, {p['workers']} workers, one rank, {p['epochs']} epochs per contender. "
         f"* = shardpipe's defaults ({meta['defaults']}).",
@@ -203,14 +204,3 @@ def chart(path: Path, results: list[dict[str, Any]]) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def write(
-    out: Path, meta: dict[str, Any], results: list[dict[str, Any]], found: list[dict[str, Any]]
-) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "report.json", out / "report.md", out / "quality.png"]
-    paths[0].write_text(json.dumps({**meta, "targets": found, "results": results}, indent=1) + "\n")
-    paths[1].write_text(markdown(meta, results, found))
-    chart(paths[2], results)
-    return paths

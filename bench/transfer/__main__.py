@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -12,10 +11,12 @@ from typing import Any
 
 import torch
 
-from bench import docs_page, system
-from bench.io.tables import aligned, markdown_table
+from bench.common.report import DocsSection, Run, measured_on, write_report
+from bench.common.tables import aligned, markdown_table
 from bench.transfer import RULES
 from bench.transfer.measure import PIPE_BYTES, PREFETCH, RING_SLOTS, TRANSPORTS, components, run_once
+
+TITLE = "moving batches from workers to the trainer"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -142,57 +143,43 @@ def table(results: list[dict[str, Any]]) -> list[list[str]]:
     return rows
 
 
+def markdown(meta: dict[str, Any], args: argparse.Namespace, lines: list[str]) -> str:
+    """report.md: the machine and the run's shape, then the table and the recommendation."""
+    head = [
+        "# shardpipe transfer benchmark",
+        "",
+        f"{measured_on(meta['created'], meta['hardware'])}; batch {args.batch_size}, {args.workers} workers, "
+        f"{args.repeats} interleaved repeats.",
+        "",
+    ]
+    return "\n".join([*head, *lines, "", "Method: see the docstring of bench/transfer/__init__.py.", ""])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
     results = measure(args)
     advice = recommendation(results)
-    hw = system.hardware()
+    run = Run.of("bench.transfer", argv, args)
     meta: dict[str, Any] = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "hardware": hw,
-        "versions": system.versions(),
-        "parameters": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "hardware": run.machine,
+        "versions": run.versions,
+        "parameters": run.parameters,
         "prefetch_factor": PREFETCH,
         "ring_slots": RING_SLOTS,
         "pipe_bytes": PIPE_BYTES,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "report.json").write_text(
-        json.dumps({**meta, "results": results, "recommendation": advice}, indent=1)
-    )
-    md = [
-        "# shardpipe transfer benchmark",
-        "",
-        f"{meta['created']} on {hw['cpu']} ({hw['cores_usable']} usable "
-        f"cores); batch {args.batch_size}, {args.workers} workers, {args.repeats} interleaved repeats.",
-        "",
-        *markdown_table(table(results)),
-        "",
-        *[f"- {line}" for line in advice],
-        "",
-        "Method: see the module docstring of bench/transfer.py.",
-        "",
-    ]
-    (args.out / "report.md").write_text("\n".join(md))
-    print("\n".join(["", *aligned(table(results)), "", *advice]))
-    print(f"wrote {args.out / 'report.json'}, {args.out / 'report.md'}")
+    rows = table(results)
+    lines = [*markdown_table(rows), "", *[f"- {line}" for line in advice]]
+    docs = None
     if args.docs:
-        section = docs_page.Section(
-            name="bench-transfer",
-            title="bench-transfer: moving batches from workers to the trainer",
-            date=docs_page.utc_date(),
-            command=docs_page.command_line("bench.transfer", sys.argv[1:] if argv is None else argv),
-            machine=hw,
-            versions=meta["versions"],
-            settings={
-                **docs_page.flags(vars(args)),
-                **{k: meta[k] for k in ("prefetch_factor", "ring_slots", "pipe_bytes")},
-            },
-            rules=RULES,
-            results=[*markdown_table(table(results)), "", *[f"- {line}" for line in advice]],
-        )
-        print("docs: " + ", ".join(str(p) for p in docs_page.publish(args.docs, section)))
+        settings = {k: meta[k] for k in ("prefetch_factor", "ring_slots", "pipe_bytes")}
+        docs = DocsSection(args.docs, "bench-transfer", TITLE, RULES, lines, settings)
+    record = {**meta, "results": results, "recommendation": advice}
+    paths = write_report(args.out, run, record, markdown(meta, args, lines), docs=docs)
+    print("\n".join(["", *aligned(rows), "", *advice]))
+    print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
 

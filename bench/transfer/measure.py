@@ -69,22 +69,31 @@ class _Loader(DataLoader[Any]):
         return iterator
 
 
-def run_once(
-    transport: str, batch_size: int, sample_bytes: int, batches: int, warmup: int, workers: int
-) -> float:
-    """Batches/s the main process receives after ``warmup`` batches (``floor``: a one-sample batch through
-    the 1 MiB pipe, the fixed per-batch cost of the DataLoader's queues and processes)."""
+def loader_for(
+    transport: str, batch_size: int, sample_bytes: int, count: int, workers: int
+) -> DataLoader[Any]:
+    """A real DataLoader whose ``workers`` yield ``count`` batches between them through ``transport``
+    (``floor``: one-sample batches of :data:`FLOOR_BATCH`, whatever the sizes asked for)."""
     if transport == "floor":
         batch_size, sample_bytes = FLOOR_BATCH
     collate: Any = _identity
     if transport == "ring":  # the loaders' own ring, sized as make_loader sizes it
         ring = Ring.create(workers, RING_SLOTS, slot_bytes_for(batch_size * sample_bytes, batch_size))
         collate = RingSender(ring)
-    dataset = Repeat(batch_size, sample_bytes, batches + warmup)
+    dataset = Repeat(batch_size, sample_bytes, count)
     loader = _Loader(
         dataset, batch_size=None, num_workers=workers, prefetch_factor=PREFETCH, collate_fn=collate
     )
     loader.pipe_bytes = PIPE_BYTES if transport in ("pipe-1m", "floor", "ring") else None
+    return loader
+
+
+def run_once(
+    transport: str, batch_size: int, sample_bytes: int, batches: int, warmup: int, workers: int
+) -> float:
+    """Batches/s the main process receives after ``warmup`` batches (``floor``: a one-sample batch through
+    the 1 MiB pipe, the fixed per-batch cost of the DataLoader's queues and processes)."""
+    loader = loader_for(transport, batch_size, sample_bytes, batches + warmup, workers)
     started, received = 0.0, 0
     for received, batch in enumerate(loader, start=1):
         if batch["bin"].nbytes <= 0:

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.docs_page import read_section
+from bench.common.docs_page import read_section
 from bench.shuffle import metrics
 
 pytestmark = pytest.mark.bench
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 C, PER_CLASS, B = 20, 300, 32  # 6,000 samples: enough full batches for tight expectations
 N = C * PER_CLASS
 

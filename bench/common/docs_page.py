@@ -79,8 +79,8 @@ class Section:
     title: str
     date: str  # UTC date, YYYY-MM-DD: clock times invite comparisons the section does not support
     command: str
-    machine: Mapping[str, Any]  # bench.system.hardware()
-    versions: Mapping[str, str]  # bench.system.versions()
+    machine: Mapping[str, Any]  # bench.common.system.hardware()
+    versions: Mapping[str, str]  # bench.common.system.versions()
     settings: Mapping[str, Any]  # every parameter of the run, resolved
     rules: Mapping[str, str]  # warm-up, discard rules, window, repeats, spread
     results: Sequence[str]  # Markdown lines: the tables and what the run concluded

@@ -1,4 +1,5 @@
-"""``bench.docs_page``: a section is replaced or inserted in order, and no other byte of the page moves."""
+"""``bench.common.docs_page``: a section is replaced or inserted in order, and no other byte of the page
+moves."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench import docs_page
-from bench.docs_page import ORDER, PREAMBLE, Figure, Section, read_section, render, replace_section
+from bench.common import docs_page
+from bench.common.docs_page import ORDER, PREAMBLE, Figure, Section, read_section, render, replace_section
 
 HAND = "Text a person wrote above the sections.\n"
 BETWEEN = "\nA note between two sections.\n\n"

@@ -12,7 +12,7 @@ Also measured: a local ``ray.init`` (start time, memory of its processes), the c
 through each executor, the listing rate (files scanned per second by ``scan_source``), and a two-node
 ``ray start --head`` + ``ray start --address`` on 127.0.0.1 (start times, memory).
 
-``python -m bench.ray_pack [--small N] [--large N] [--repeats R] [--workers W] [--quick]`` writes
+``python -m bench.pack.ray [--small N] [--large N] [--repeats R] [--workers W] [--quick]`` writes
 ``bench-results/ray-pack/report.json`` and ``report.md``.
 """
 
@@ -33,8 +33,9 @@ from typing import Any
 
 import psutil
 
-from bench.pack_bench import ROOT, Profile, build_tree, warm
-from bench.system import hardware, versions
+from bench.common.report import Run, write_report
+from bench.common.system import ROOT
+from bench.pack.data import Profile, build_tree, warm
 from shardpipe.formats import get_format
 from shardpipe.manifest import ShardEntry
 from shardpipe.packing import PackOptions
@@ -207,7 +208,7 @@ def render(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.ray_pack", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.pack.ray", description=__doc__.split("\n")[0])
     parser.add_argument("--small", type=int, default=60_000, help="number of 1 KiB files")
     parser.add_argument("--large", type=int, default=8_000, help="number of 64 KiB files")
     parser.add_argument("--repeats", type=int, default=3)
@@ -240,20 +241,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{profile.name}: {profile.num_samples:,} x {profile.sample_bytes:,} B")
             rows += time_pack(profile, tree, args.cache / "work", engines, args.repeats, args.shards)
     costs.update({k: v for k, v in start_costs.items() if k not in costs})
+    run = Run.of("bench.pack.ray", argv, args, ray=_ray_version())
     report = {
         "benchmark": "shardpipe pack: Ray engine vs local pool",
-        "parameters": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "machine": hardware(),
-        "versions": {**versions(), "ray": _ray_version()},
+        "parameters": run.parameters,
+        "machine": run.machine,
+        "versions": run.versions,
         "pack": rows,
         "costs": costs,
         "elapsed_s": time.perf_counter() - started,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     text = render(report)
-    (args.out / "report.md").write_text(text)
+    paths = write_report(args.out, run, report, text)
     print(text)
+    print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
 

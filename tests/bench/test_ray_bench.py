@@ -1,4 +1,4 @@
-"""``python -m bench.ray_pack`` at a tiny size, as a subprocess: both engines timed, every cost reported."""
+"""``python -m bench.pack.ray`` at a tiny size, as a subprocess: both engines timed, every cost reported."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import pytest
 
 pytestmark = pytest.mark.ray
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(240)
 def test_ray_pack_bench_reports_both_engines_and_the_costs(tmp_path: Path) -> None:
     out = tmp_path / "out"
     command = [
-        sys.executable, "-m", "bench.ray_pack", "--small", "300", "--large", "40", "--repeats", "2",
+        sys.executable, "-m", "bench.pack.ray", "--small", "300", "--large", "40", "--repeats", "2",
         "--out", str(out), "--cache", str(tmp_path / "cache"),
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=200)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.demo import NUM_DIGITS, pack, train_command, train_env, write_digits
+from bench.demo.data import NUM_DIGITS, write_digits
+from bench.demo.run import pack, train_command, train_env
 from shardpipe.manifest import load_manifest
 
 pytestmark = pytest.mark.bench
@@ -34,7 +35,7 @@ def test_demo_trains_digits_on_two_ranks(tmp_path: Path) -> None:
     packed = tmp_path / "packed-tar"
     pack(digits, packed, "tar")
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         train_command(packed, EPOCHS, WORLD),
         cwd=repo,

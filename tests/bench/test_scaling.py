@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import torch
 
-from bench.docs_page import read_section
+from bench.common.docs_page import read_section
 from bench.scaling.report import PARTS
 
 pytestmark = pytest.mark.bench
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MAX_RANKS = min(2, torch.cuda.device_count()) if torch.cuda.is_available() else 2  # one rank per GPU
 
 

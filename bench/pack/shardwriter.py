@@ -1,6 +1,6 @@
 """webdataset's ``ShardWriter`` packing a tree, as a user's script would: the pack benchmark's peer.
 
-``python -m bench.shardwriter_pack TREE OUT MAXCOUNT`` runs it as its own process, start-up and the import
+``python -m bench.pack.shardwriter TREE OUT MAXCOUNT`` runs it as its own process, start-up and the import
 of webdataset (which imports torch) included, the way ``shardpipe pack`` and ``tar cf`` are timed; the
 benchmark also calls :func:`pack_tree` in-process. Without ``--max-side`` this module imports nothing of
 shardpipe or numpy, so the script pays only for what a ShardWriter user's script pays for.
@@ -81,7 +81,7 @@ def _prepare_file(path: str) -> bytes:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m bench.shardwriter_pack")
+    parser = argparse.ArgumentParser(prog="python -m bench.pack.shardwriter")
     parser.add_argument("tree")
     parser.add_argument("out")
     parser.add_argument("maxcount", type=int)

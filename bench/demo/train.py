@@ -2,7 +2,7 @@
 
 Launch with torchrun (gloo on CPU), one process per rank::
 
-    python -m torch.distributed.run --standalone --nproc_per_node 2 -m bench.train_digits \\
+    python -m torch.distributed.run --standalone --nproc_per_node 2 -m bench.demo.train \\
         --data demo-out/packed-tar --epochs 10
 
 Why each piece is here: ``validate_dataloader_sync`` proves before the first step that every rank plans

@@ -7,21 +7,34 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench.docs_page import read_section
-from bench.transfer.measure import TRANSPORTS, run_once
+from bench.common.docs_page import read_section
+from bench.transfer.measure import FLOOR_BATCH, TRANSPORTS, loader_for, make_batch
 
 pytestmark = pytest.mark.bench
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _plain(batch: dict[str, Any]) -> dict[str, Any]:
+    """A batch as comparable values: tensors and ragged bytes as lists."""
+    return {name: value.tolist() if hasattr(value, "tolist") else value for name, value in batch.items()}
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_every_transport_delivers_every_batch_through_real_workers(transport: str) -> None:
-    assert run_once(transport, batch_size=8, sample_bytes=256, batches=40, warmup=3, workers=2) > 0
+    """Each worker's batches arrive, all of them, byte for byte as the worker made them."""
+    batch_size, sample_bytes = FLOOR_BATCH if transport == "floor" else (8, 256)
+    made = [_plain(make_batch(batch_size, sample_bytes, seed=worker)) for worker in range(2)]
+    assert made[0] != made[1]  # the workers' batches differ, so each arrival names its worker
+    received = [_plain(batch) for batch in loader_for(transport, 8, 256, count=41, workers=2)]
+    assert len(received) == 41
+    assert all(batch in made for batch in received)
+    assert [made.index(batch) for batch in received].count(0) == 21  # worker 0 yields the odd one
 
 
 def test_report(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Rows of cells as text: a terminal table, or a Markdown one (the benchmarks' reports share these)."""
+"""Rows of cells as the reports print them: aligned text for the terminal, Markdown for the files."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ import torch
 
 READ_CHUNK = 8 << 20
 PROBE_BYTES = 64 << 20
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def hardware() -> dict[str, Any]:

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.docs_page import PREAMBLE, SECTIONS, read_section, replace_section
+from bench.common.docs_page import PREAMBLE, SECTIONS, read_section, replace_section
 from bench.io.contenders import CLS_RAW, NAMES
 from bench.io.data import QUICK_WINDOWS
 from bench.io.targets import CLS_TARGET, paired_ratio
 
 pytestmark = pytest.mark.bench
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.docs_page import read_section
+from bench.common.docs_page import read_section
 from bench.io.image_contenders import (
     DATA_NAMES,
     IMAGE_NAMES,
@@ -27,7 +27,7 @@ from bench.io.targets import IMAGE_TARGETS
 
 pytestmark = pytest.mark.bench
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:

@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 from PIL import Image
 
-import bench.pack_bench as pack_bench
-from bench.docs_page import read_section
-from bench.pack_bench import (
+import bench.pack.__main__ as pack_main
+import bench.pack.run as pack_run
+from bench.common.docs_page import read_section
+from bench.pack.checks import check_output, check_prepared
+from bench.pack.contenders import (
     BARE_POOL,
     BARE_POOL_PLAIN,
     FORMATS,
@@ -31,18 +33,14 @@ from bench.pack_bench import (
     TAR,
     TAR_FSYNC,
     Contender,
-    Profile,
-    byte_workload,
-    check_output,
-    paired_ratio,
-    targets,
-    time_profile,
 )
-from bench.prep_contenders import PhotoProfile, check_prepared
+from bench.pack.data import PhotoProfile, Profile
+from bench.pack.run import Workload, byte_workload, paired_ratio, time_profile
+from bench.pack.targets import targets
 
 pytestmark = pytest.mark.bench
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONTENDERS = {
     TAR,
     TAR_FSYNC,
@@ -71,9 +69,9 @@ def _judged(target: dict[str, Any]) -> bool:
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
-    base = tmp_path_factory.mktemp("pack_bench")
+    base = tmp_path_factory.mktemp("pack")
     out = base / "out"
-    command = [sys.executable, "-m", "bench.pack_bench", "--quick", "--out", str(out), "--cache", str(base)]
+    command = [sys.executable, "-m", "bench.pack", "--quick", "--out", str(out), "--cache", str(base)]
     command += ["--docs", str(out / "docs" / "benchmarks.md")]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
@@ -84,7 +82,7 @@ def test_docs_section_holds_the_settings_rules_and_tables(quick: tuple[dict[str,
     report, _, out = quick
     section = read_section((out / "docs" / "benchmarks.md").read_text(), "bench-pack")
     assert section is not None and section.startswith("## bench-pack: pack throughput\n")
-    assert "`python -m bench.pack_bench --quick --out " in section and "**A `--quick` smoke run" in section
+    assert "`python -m bench.pack --quick --out " in section and "**A `--quick` smoke run" in section
     assert (
         "| --small | 3000 |" in section and "| --workers | 2 |" in section and "| profile small | " in section
     )
@@ -136,6 +134,15 @@ class FakeClock:
         return self.now
 
 
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The timed rounds on a fake clock, without os.sync()."""
+    fake = FakeClock()
+    monkeypatch.setattr(pack_run.time, "perf_counter", fake.perf_counter)
+    monkeypatch.setattr(pack_run.os, "sync", lambda: None)
+    return fake
+
+
 def _fake(name: str, clock: FakeClock, seconds: list[float], profile: Profile) -> Contender:
     """A contender that takes ``seconds[round]`` on the fake clock and leaves a plausible output."""
     calls = iter(seconds)
@@ -152,12 +159,7 @@ def _fake(name: str, clock: FakeClock, seconds: list[float], profile: Profile) -
     return Contender(name, "fake", run)
 
 
-def test_rounds_paired_ratios_and_targets_on_a_fake_clock(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    clock = FakeClock()
-    monkeypatch.setattr(pack_bench.time, "perf_counter", clock.perf_counter)
-    monkeypatch.setattr(pack_bench.os, "sync", lambda: None)
+def test_rounds_paired_ratios_and_targets_on_a_fake_clock(tmp_path: Path, clock: FakeClock) -> None:
     profile = Profile("small", 10, 100)
     seconds = {
         TAR: [1.0, 2.0, 1.0],  # the machine slows down in round 2: paired ratios cancel it
@@ -190,12 +192,7 @@ def test_rounds_paired_ratios_and_targets_on_a_fake_clock(
     assert {t["target"]: t["met"] for t in targets(slower)}[MAP_TARGET] is False  # 1.32x: too slow
 
 
-def test_image_targets_divide_by_the_bare_pool_on_a_fake_clock(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    clock = FakeClock()
-    monkeypatch.setattr(pack_bench.time, "perf_counter", clock.perf_counter)
-    monkeypatch.setattr(pack_bench.os, "sync", lambda: None)
+def test_image_targets_divide_by_the_bare_pool_on_a_fake_clock(tmp_path: Path, clock: FakeClock) -> None:
     profile = Profile("images", 10, 100)
     seconds = {
         BARE_POOL: [1.0, 2.0, 1.0],
@@ -204,9 +201,7 @@ def test_image_targets_divide_by_the_bare_pool_on_a_fake_clock(
     }
     checked: list[str] = []
     entries = [_fake(name, clock, times, profile) for name, times in seconds.items()]
-    workload = pack_bench.Workload(
-        "images", tmp_path, 10, 1000, BARE_POOL, lambda c, out: checked.append(c.name)
-    )
+    workload = Workload("images", tmp_path, 10, 1000, BARE_POOL, lambda c, out: checked.append(c.name))
     rows = time_profile(workload, tmp_path / "work", entries, repeats=3, log=False)
     assert sorted(checked) == sorted(3 * list(seconds))  # every run's output checked
     assert {r["baseline"] for r in rows} == {BARE_POOL}
@@ -291,7 +286,7 @@ def test_check_prepared_refuses_missing_unprepared_or_damaged_images(tmp_path: P
 
 def test_profile_option_runs_only_the_images_profile(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "bench.pack_bench", "--profile", "images", "--images", "20"]
+    command = [sys.executable, "-m", "bench.pack", "--profile", "images", "--images", "20"]
     command += ["--repeats", "1", "--out", str(out), "--cache", str(tmp_path)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
@@ -300,5 +295,5 @@ def test_profile_option_runs_only_the_images_profile(tmp_path: Path) -> None:
     assert {r["contender"] for r in report["results"]} == IMAGE_CONTENDERS
     assert {t["target"] for t in report["targets"]} == IMAGE_TARGETS
     with pytest.raises(SystemExit) as exit_info:
-        pack_bench.main(["--profile", "small,photos"])
+        pack_main.main(["--profile", "small,photos"])
     assert exit_info.value.code == 2
