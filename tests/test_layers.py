@@ -54,7 +54,7 @@ def test_find_cycle_names_a_cycle_through_a_package_and_passes_a_tree() -> None:
 
 def test_no_module_of_the_project_is_in_an_import_cycle() -> None:
     imports = dict(_graph_imports())
-    assert {"shardpipe.formats.base", "loaders.dataset", "bench.report"} <= imports.keys()
+    assert {"shardpipe.formats.base", "loaders.dataset", "bench.common.report"} <= imports.keys()
     assert "shardpipe.formats.layout" in imports["shardpipe.formats.base"]  # a TYPE_CHECKING import
     cycle = find_cycle(imports)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
