@@ -17,7 +17,7 @@ else:
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 FIRST_PARTY = {"shardpipe", "loaders", "bench", "testkit", "tests"}
-MODULE_NAMES = {"pillow": "PIL", "scikit-learn": "sklearn"}
+MODULE_NAMES = {"pillow": "PIL", "scikit-learn": "sklearn", "pyyaml": "yaml"}
 """Distributions whose module has another name than the distribution's."""
 PROVIDED_BY = {"boto3": "moto", "werkzeug": "flask"}
 """Modules imported directly whose distribution comes with a declared one (moto's client, flask's server)."""

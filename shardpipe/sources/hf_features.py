@@ -18,6 +18,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import yaml
+
 HF_METADATA_KEY = b"huggingface"
 
 
@@ -55,10 +57,8 @@ def card_dataset_info(readme: str, config: str | None) -> dict[str, Any] | None:
     if end < 0:
         return None
     try:
-        import yaml
-
         card = yaml.safe_load(readme[3:end])
-    except Exception:  # no PyYAML, or a card it cannot parse: the schema metadata is the other source
+    except yaml.YAMLError:  # a card it cannot parse: the schema metadata is the other source
         return None
     infos = card.get("dataset_info") if isinstance(card, dict) else None
     if isinstance(infos, dict):
