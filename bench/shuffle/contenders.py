@@ -2,7 +2,7 @@
 
 Families: ``shardpipe`` (its defaults, the reference contiguous-window setting, and a grid of
 ``shuffle_buffer`` x ``block_size``, all through the public ``ShardedDataset`` + ``make_loader``),
-``webdataset`` (``.shuffle(n)`` on the same tar shards, set up as in ``bench.contenders``), and
+``webdataset`` (``.shuffle(n)`` on the same tar shards, set up as in ``bench.io.contenders``), and
 ``global-permutation`` (``DistributedSampler(shuffle=True)`` over the pack's ``lmdb-loop`` copy: the ideal).
 Memory is the samples the shuffle holds per worker: the window (``shuffle_buffer``), webdataset's buffer
 (``n``), none for random access.
