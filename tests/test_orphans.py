@@ -35,6 +35,8 @@ GONE_WITHIN_S = 5.0
 """How long the processes of a killed pack may outlive its driver."""
 WAIT_S = 60.0
 """How long a moment to kill at may take to come, on a loaded machine."""
+IDLE_S = 1.0
+"""How long the workers must have left the slow map alone to count as waiting."""
 PACK_ARGS = ["--format", "tar", "--max-samples", "10", "--workers", "2", "--quiet"]
 MOMENTS = ["start-up", "mid-task", "waiting"]
 
@@ -89,12 +91,18 @@ def kill_at(moment: str, proc: subprocess.Popen[bytes], marks: Path) -> None:
         wait_for(lambda: len(journal_lines(marks.parent / "out")) >= 1, proc, "finished task")
         proc.send_signal(signal.SIGSTOP)
         deadline = time.monotonic() + WAIT_S
-        while any(p.status() == psutil.STATUS_RUNNING for p in workers_of(proc)):
+        while not waiting(workers_of(proc), marks):
             assert time.monotonic() < deadline, "the workers never waited"
             time.sleep(0.1)
     assert len(workers_of(proc)) >= 2, "the workers were not alive when the driver was killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+
+
+def waiting(workers: list[psutil.Process], marks: Path) -> bool:
+    """No worker on a CPU, and none in a slow map (which sleeps) for a while."""
+    last_map_call = max((mark.stat().st_mtime for mark in marks.iterdir()), default=0.0)
+    return time.time() - last_map_call > IDLE_S and all(p.status() != psutil.STATUS_RUNNING for p in workers)
 
 
 def journal_lines(out: Path) -> list[str]:
