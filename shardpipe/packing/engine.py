@@ -18,8 +18,8 @@ The contract an executor must honour, and that the pack keeps for it:
 
 The local pool's workers end themselves when the driver dies, under every start method
 (:mod:`.lifetime`), so a killed pack leaves no process behind; they also keep freed memory and pause the
-cyclic GC, for speed only. :func:`init_worker` does all three; another executor's workers get it too
-(Ray ends a dead driver's workers itself: docs/ray.md).
+cyclic GC, for speed only. :func:`init_worker` does all three. The Ray engine's workers run it too, where
+only the speed settings apply: Ray ends a dead driver's workers itself (docs/ray.md).
 """
 
 from __future__ import annotations
