@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
 from typing import Any
 
 Sample = dict[str, Any]
+MARKS_ENV = "SHARDPIPE_TEST_MARKS"
+"""A folder where the slow maps leave one empty file named after each process that ran them."""
+SLOW_MAP_S = 0.005
 
 
 def unchanged(sample: Sample) -> Sample:
@@ -71,3 +77,22 @@ def changed_in_place(sample: Sample) -> Sample:
     """Returns the dict it was given, changed: still checked."""
     sample["txt"] = "a str"
     return sample
+
+
+def _mark_and_pause() -> None:
+    folder = os.environ.get(MARKS_ENV)
+    if folder:
+        (Path(folder) / str(os.getpid())).touch()
+    time.sleep(SLOW_MAP_S)
+
+
+def slow(sample: Sample) -> Sample:
+    """The sample unchanged, after a pause: a pack that can be killed in the middle of its map."""
+    _mark_and_pause()
+    return sample
+
+
+def slow_item(item: int) -> Sample | list[Sample] | None:
+    """``make_item`` after a pause."""
+    _mark_and_pause()
+    return make_item(item)

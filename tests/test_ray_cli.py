@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pyarrow
 import pyarrow.csv
 import pyarrow.parquet as pq
@@ -17,10 +18,14 @@ from click.testing import CliRunner, Result
 
 from shardpipe.cli import main
 from shardpipe.sources import file_list
-from testkit.ray_cluster import token_auth, two_node_cluster
+from testkit.ray_cluster import session_processes, token_auth, two_node_cluster
 from tests.datagen import make_tree
+from tests.maps import MARKS_ENV
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+ROOT = Path(__file__).resolve().parents[1]
+RAY_TASKS_GONE_WITHIN_S = 10.0
+"""How long the tasks of a killed driver may keep running: Ray ends them once it sees the driver gone."""
 OPTIONS = ["--labels", "dirname", "--split", "train=0.8,val=0.2", "--max-samples", "6", "-q"]
 
 
@@ -82,6 +87,32 @@ def test_killed_ray_driver_then_resume_completes_the_pack(tmp_path: Path) -> Non
     assert resumed.exit_code == 0, resumed.output
     assert "resumed: kept" in resumed.output
     assert files(out) == files(tmp_path / "local")
+
+
+def test_killed_ray_driver_leaves_no_task_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver of `--engine ray` is killed outright while a slow map runs on both nodes: Ray ends the
+    worker processes running its tasks, and nothing of the driver's session is left."""
+    make_tree(tmp_path / "src", 2000, fields=("bin",))
+    marks = tmp_path / "marks"  # each process running the map leaves a file named after its pid
+    marks.mkdir()
+    monkeypatch.setenv(MARKS_ENV, str(marks))  # the nodes' workers inherit these from `ray start`
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    with token_auth(), two_node_cluster() as cluster:
+        cmd = [sys.executable, "-m", "shardpipe", "pack", str(tmp_path / "src"), str(tmp_path / "out"),
+               "--format", "tar", "--max-samples", "10", "--map", "tests.maps:slow", "--quiet",
+               "--engine", "ray", "--ray-address", cluster.address]  # fmt: skip
+        proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while len(list(marks.iterdir())) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.01)
+        assert proc.poll() is None, "the pack finished before it could be killed; make the input larger"
+        running = [psutil.Process(int(mark.name)) for mark in marks.iterdir()]
+        assert len(running) >= 2, "the map never ran on both nodes at once"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        _, alive = psutil.wait_procs(running, timeout=RAY_TASKS_GONE_WITHIN_S)
+        assert not alive, f"still running {RAY_TASKS_GONE_WITHIN_S} s after the driver was killed: {alive}"
+        assert session_processes([proc.pid]) == []
 
 
 def test_engine_ray_on_a_file_list_matches_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,8 +16,10 @@ The contract an executor must honour, and that the pack keeps for it:
   the same path; for a URL they need only reach the store.
 * Results are consumed as they complete; the journal and the manifest are written only by the driver.
 
-The local pool's workers also keep freed memory and pause the cyclic GC (:func:`init_worker`): speed
-only, which another executor may skip.
+The local pool's workers end themselves when the driver dies, under every start method
+(:mod:`.lifetime`), so a killed pack leaves no process behind; they also keep freed memory and pause the
+cyclic GC, for speed only. :func:`init_worker` does all three. The Ray engine's workers run it too, where
+only the speed settings apply: Ray ends a dead driver's workers itself (docs/ray.md).
 """
 
 from __future__ import annotations
@@ -28,13 +30,16 @@ from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, w
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from shardpipe.packing.lifetime import exit_with_driver
 from shardpipe.process_settings import keep_freed_memory
 
 T = TypeVar("T")
 
 
 def init_worker() -> None:
-    """Per-process set-up of a pack worker (also given to a Ray engine's workers): speed only."""
+    """Per-process set-up of a pack worker (also given to a Ray engine's workers): end with the driver,
+    then speed."""
+    exit_with_driver()
     keep_freed_memory()
     gc.disable()  # a pack worker's objects hold no cycles: see process_settings.pausing_gc
 
