@@ -3,12 +3,16 @@
 
 The contract an executor must honour, and that the pack keeps for it:
 
-* Three kinds of task are submitted: ``shardpipe.sources.tree.scan_names(chunk)`` (list one folder's
-  names), ``shardpipe.sources.list_piece.read_list_piece(source, piece, whole)`` (read, check and size one
-  piece of a file list) and ``shardpipe.packing.write.write_shard(job, out, format_name, source_options)``
-  (write one shard into the store ``out``). All are module-level functions; their arguments and results
-  (tuples, lists, ``str``, ``Path``, stores, ``ListSource``, ``PieceColumns``, ``ShardJob``,
-  ``ShardEntry``) and their errors (the project's types) pickle.
+* These tasks are submitted: ``shardpipe.sources.tree.scan_names(chunk)`` (list one folder's names),
+  ``shardpipe.sources.list_piece.read_list_piece(source, piece, whole)`` (read, check and size one piece
+  of a file list), ``shardpipe.sources.parquet_table.read_table_piece(piece)`` (read one run of a Parquet
+  dataset's row groups), ``shardpipe.packing.shard_writing.write_shard(job, out, format_name,
+  source_options)`` (write one shard into the store ``out``) and, for a pack with a map,
+  ``shardpipe.packing.mapping.pieces.map_piece(...)`` and ``shardpipe.packing.mapping.shards.
+  write_mapped_shard(job, out, format_name)``. All are module-level functions; their arguments and results
+  (tuples, lists, ``str``, ``Path``, stores, the sources' pieces, ``ShardJob``, ``MapPiece``,
+  ``MappedPiece``, ``MappedShardJob``, ``Transform``, ``ShardEntry``) and their errors (the project's
+  types) pickle.
 * A task's result depends only on its arguments, never on the process, machine or order that ran it: the
   plan is made once, before any task runs. So any executor gives byte-identical shards and manifest, and
   retrying a task is safe (a shard is staged under a temporary name and published whole).
