@@ -92,7 +92,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--docs",
         type=Path,
         help="also write this run's section of this Markdown page (make bench-io: docs/benchmarks.md) "
-        "and its plot to img/bench-io.png beside it",
+        "and its plot to img/<section>.png beside it",
     )
     p.add_argument(
         "--cache", type=Path, help="data cache, reused by fingerprint (default bench-results/cache)"
