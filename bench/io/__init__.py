@@ -5,6 +5,6 @@ contenders that read them (``contenders``, ``image_contenders``, ``remote_conten
 ``decode_limit`` are baselines of their own), the run and its rounds (``run``, with the consumer step of
 ``compute``), the targets (``targets``) and the report (``report``, ``byte_report``, ``image_report``).
 ``byte_profiles`` and ``image_profiles`` put these together per kind of run; ``__main__`` parses the flags
-and writes. ``remote`` is the loopback S3 server of ``--remote``; ``tables`` sets rows of cells as text for
-every benchmark's report.
+and has ``bench.common.report`` write the files and the docs section. ``remote`` is the loopback S3 server
+of ``--remote``.
 """

@@ -4,9 +4,9 @@ For each profile (and cache state), every contender runs ``--repeats`` times in 
 so drift on a noisy machine hits all contenders alike: the byte profiles (``bench.io.byte_profiles``), or
 with ``--profile images`` or ``--data PACK`` the image profiles (``bench.io.image_profiles``). See
 ``bench.io.report`` for the output, ``bench.io.targets`` for the targets judged, and
-``bench.common.docs_page`` for the section of ``docs/benchmarks.md`` that ``--docs`` writes (one per kind
-of run: ``bench-io``, ``bench-io-workers-0``, ``bench-io-images``, ``bench-io-remote``, ``bench-io-cold``;
-never for ``--data``).
+``bench.common.report`` for the files it is written to and the section of ``docs/benchmarks.md`` that
+``--docs`` writes (one per kind of run: ``bench-io``, ``bench-io-workers-0``, ``bench-io-images``,
+``bench-io-remote``, ``bench-io-cold``; never for ``--data``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from bench.common import docs_page
+from bench.common.report import Chart, DocsSection, Run, write_report
 from bench.io import (
     byte_profiles,
     byte_report,
@@ -92,7 +92,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--docs",
         type=Path,
         help="also write this run's section of this Markdown page (make bench-io: docs/benchmarks.md) "
-        "and its plot to img/bench-io.png beside it",
+        "and its plot to img/<section>.png beside it",
     )
     p.add_argument(
         "--cache", type=Path, help="data cache, reused by fingerprint (default bench-results/cache)"
@@ -164,6 +164,7 @@ def _resolved(args: argparse.Namespace) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)  # the main process shares the cores with the workers, as in real training
+    section = _kind(args) if args.docs and args.data is None else None  # before measuring: it may refuse
     if args.data is not None:
         meta, results = image_profiles.run_data(args)
     elif args.profile == "images":
@@ -171,22 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         meta, results = byte_profiles.run(args)
     kind: report.Kind = image_report if args.profile == "images" or args.data is not None else byte_report
-    paths = report.write(args.out, meta, results, kind)
-    if args.docs and args.data is None:
-        name, title = _kind(args)
-        figure = docs_page.Figure(args.out / kind.FIGURE, f"{name}.png", f"{name}: {kind.CAPTION}")
-        section = _section(
-            name,
-            title,
-            meta,
-            kind.docs_results(meta, results),
-            figure,
-            args,
-            sys.argv[1:] if argv is None else argv,
-        )
-        paths += docs_page.publish(args.docs, section)
-    elif args.docs:
+    words = tuple(sys.argv[1:] if argv is None else argv)
+    run = Run("bench.io", words, dict(vars(args)), meta["hardware"], meta["versions"])  # as measured
+    chart = Chart(kind.FIGURE, lambda path: kind.chart(path, meta, results), kind.CAPTION)
+    docs = None if section is None else _docs(args.docs, section, meta, kind.docs_results(meta, results))
+    if args.docs and args.data is not None:
         print(f"--data: your pack's figures stay in {args.out}, out of {args.docs}")
+    record = {**meta, "results": results}
+    paths = write_report(args.out, run, record, kind.markdown(meta, results), charts=[chart], docs=docs)
     print(kind.table(meta, results))
     if meta.get("targets"):
         print("\ntargets (paired ratios):\n" + "\n".join(targets.lines(meta["targets"])))
@@ -212,34 +205,16 @@ def _kind(args: argparse.Namespace) -> tuple[str, str]:
     return "bench-io", "read wait against compute time"
 
 
-def _section(
-    name: str,
-    title: str,
-    meta: dict[str, Any],
-    results: list[str],
-    figure: docs_page.Figure,
-    args: argparse.Namespace,
-    argv: list[str],
-) -> docs_page.Section:
-    """This run as its section of the docs page: tables as in report.md, the plot as img/<name>.png."""
+def _docs(page: Path, section: tuple[str, str], meta: dict[str, Any], results: list[str]) -> DocsSection:
+    """The run's ``section`` (name, title) of the docs page: tables as in report.md, after the flags the
+    device, the loader's settings and each profile's data."""
+    name, title = section
     settings = {
-        **docs_page.flags(vars(args)),
         "device": meta["device"],
         "loader": meta["settings"],
         **{f"data: {profile} profile": dataset for profile, dataset in meta["datasets"].items()},
     }
-    return docs_page.Section(
-        name=name,
-        title=f"{name}: {title}",
-        date=docs_page.utc_date(),
-        command=docs_page.command_line("bench.io", argv),
-        machine=meta["hardware"],
-        versions=meta["versions"],
-        settings=settings,
-        rules=meta["rules"],
-        results=results,
-        figures=(figure,),
-    )
+    return DocsSection(page, name, title, meta["rules"], results, settings)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""The outputs of a bench-io run: a terminal table, ``report.json``, ``report.md`` and its plot, and the
-tables of its ``--docs`` section (``bench.common.docs_page``), as every kind of run (:class:`Kind`) writes
-them; the rows of each kind are in ``bench.io.byte_report`` and ``bench.io.image_report``.
+"""What a bench-io run reports: a terminal table, the text of ``report.md``, its plot and the tables of its
+``--docs`` section, as every kind of run (:class:`Kind`) renders them (``bench.common.report`` writes them);
+the rows of each kind are in ``bench.io.byte_report`` and ``bench.io.image_report``.
 
 Ratios are taken within one group (a profile, and for bytes a cache state) of one run, so they hold on a
 noisy machine; absolute numbers compare only on like hardware, batch size and data (all recorded in the
@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import torch
 
 from bench.common import system
+from bench.common.report import measured_on
 from bench.common.tables import aligned, markdown_table
 from bench.io import targets
 from bench.io.contenders import SEED, SHUFFLE_BUFFER, LoaderSettings
@@ -66,16 +67,6 @@ def meta(
     }
 
 
-def write(out: Path, meta: Meta, results: Results, kind: Kind) -> list[Path]:
-    """``report.json``, ``report.md`` and the plot in ``out``; their paths."""
-    out.mkdir(parents=True, exist_ok=True)
-    data, text, plot = out / "report.json", out / "report.md", out / kind.FIGURE
-    data.write_text(json.dumps({**meta, "results": results}, indent=1) + "\n")
-    text.write_text(kind.markdown(meta, results))
-    kind.chart(plot, meta, results)
-    return [data, text, plot]
-
-
 def tables(panels: list[tuple[str, list[list[str]]]], heading: str) -> list[str]:
     """Titled tables (a title, then rows of cells, the header first): as Markdown under ``heading``-level
     titles, or, with ``heading=""``, as terminal text."""
@@ -95,13 +86,12 @@ def targets_section(meta: Meta, heading: str) -> list[str]:
 
 def markdown(title: str, meta: Meta, body: list[str]) -> str:
     """``report.md``: the run in one line, ``body`` (the tables), then the rules, data and versions."""
-    hw, params = meta["hardware"], meta["parameters"]
+    params = meta["parameters"]
     lines = [
         f"# {title}",
         "",
-        f"{meta['created']} on {hw['cpu']} ({hw['cores_usable']} usable cores, {hw['ram_gib']} GiB RAM, "
-        f"GPU: {hw['gpu'] or 'none'}); device {meta['device']}; batch {params['batch_size']}, "
-        f"{params['workers']} workers, compute {params['compute_ms']} ms/step, "
+        f"{measured_on(meta['created'], meta['hardware'])}; device {meta['device']}; "
+        f"batch {params['batch_size']}, {params['workers']} workers, compute {params['compute_ms']} ms/step, "
         f"{params['repeats']} repeat(s).",
         "",
         *body,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,17 +23,13 @@ from bench.io.image_contenders import (
     train_crop,
 )
 from bench.io.targets import IMAGE_TARGETS
+from tests.bench.scripts import run_module
 
 pytestmark = pytest.mark.bench
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _run(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "bench.io", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-4000:]
-    return done
+    return run_module("bench.io", *args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -37,10 +35,9 @@ from bench.pack.contenders import (
 from bench.pack.data import PhotoProfile, Profile
 from bench.pack.run import Workload, byte_workload, paired_ratio, time_profile
 from bench.pack.targets import targets
+from tests.bench.scripts import run_module
 
 pytestmark = pytest.mark.bench
-
-ROOT = Path(__file__).resolve().parents[2]
 CONTENDERS = {
     TAR,
     TAR_FSYNC,
@@ -71,10 +68,10 @@ def _judged(target: dict[str, Any]) -> bool:
 def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
     base = tmp_path_factory.mktemp("pack")
     out = base / "out"
-    command = [sys.executable, "-m", "bench.pack", "--quick", "--out", str(out), "--cache", str(base)]
-    command += ["--docs", str(out / "docs" / "benchmarks.md")]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    page = out / "docs" / "benchmarks.md"
+    done = run_module(
+        "bench.pack", "--quick", "--out", str(out), "--cache", str(base), "--docs", str(page), timeout=240
+    )
     return json.loads((out / "report.json").read_text()), done.stdout, out
 
 
@@ -286,10 +283,8 @@ def test_check_prepared_refuses_missing_unprepared_or_damaged_images(tmp_path: P
 
 def test_profile_option_runs_only_the_images_profile(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "bench.pack", "--profile", "images", "--images", "20"]
-    command += ["--repeats", "1", "--out", str(out), "--cache", str(tmp_path)]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    command = ["--profile", "images", "--images", "20", "--repeats", "1", "--out", str(out)]
+    run_module("bench.pack", *command, "--cache", str(tmp_path), timeout=120)
     report = json.loads((out / "report.json").read_text())
     assert {r["profile"] for r in report["results"]} == {"images"}
     assert {r["contender"] for r in report["results"]} == IMAGE_CONTENDERS
