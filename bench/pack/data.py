@@ -15,6 +15,7 @@ import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +29,11 @@ NUM_CLASSES = 10  # class folders of every tree
 SEED = 20240  # of every tree
 
 
+def fingerprint(recipe: dict[str, Any]) -> str:
+    """A short hash of what a tree is made from: a tree is reused only while its recipe is the same."""
+    return hashlib.sha256(json.dumps(recipe).encode()).hexdigest()[:12]
+
+
 @dataclass(frozen=True, slots=True)
 class Profile:
     name: str
@@ -37,8 +43,7 @@ class Profile:
     @property
     def fingerprint(self) -> str:
         """Names the tree's content: a change to any of these rebuilds it instead of reusing it."""
-        text = json.dumps({**asdict(self), "v": DATA_VERSION, "classes": NUM_CLASSES, "seed": SEED})
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        return fingerprint({**asdict(self), "v": DATA_VERSION, "classes": NUM_CLASSES, "seed": SEED})
 
     @property
     def payload_bytes(self) -> int:
@@ -69,7 +74,7 @@ class PhotoProfile:
         """Names the tree's content: the photos depend on the recipe and on numpy's and Pillow's builds."""
         import PIL
 
-        text = json.dumps(
+        return fingerprint(
             {
                 "n": self.num_samples,
                 "size": self.size,
@@ -80,7 +85,6 @@ class PhotoProfile:
                 "pillow": PIL.__version__,
             }
         )
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +100,7 @@ class ParquetProfile:
     @property
     def fingerprint(self) -> str:
         """Names the sources' content: a change to any of these rebuilds them instead of reusing them."""
-        text = json.dumps({**asdict(self), "v": PARQUET_DATA_VERSION, "classes": NUM_CLASSES, "seed": SEED})
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        return fingerprint({**asdict(self), "v": PARQUET_DATA_VERSION, "classes": NUM_CLASSES, "seed": SEED})
 
     @property
     def payload_bytes(self) -> int:
