@@ -22,8 +22,9 @@ from shardpipe.manifest import load_manifest
 from shardpipe.packing import PackOptions, output, pack
 from shardpipe.packing.mapping import MapError
 from shardpipe.sources import IncompleteSamplesError, parquet_table, scan_source
+from shardpipe.sources.parquet_cells import blob_name
+from shardpipe.sources.parquet_columns import UnusableColumnError
 from shardpipe.sources.parquet_layout import ordered_splits, split_of
-from shardpipe.sources.parquet_table import UnusableColumnError, blob_name
 from shardpipe.storage import Store, open_store
 from shardpipe.tools.inspection import inspect, render
 from testkit.servers import S3Server

@@ -6,17 +6,19 @@ and 64 KiB (``large``) samples: every format's CLI against ``tar cf`` (in its de
 start-up included); shardpipe's tar against ``ShardWriter``, both run as processes; the same tar pack with
 a no-op ``--map`` against the pack without it (a time ratio, at most). For photos (``images``: about
 500x375 JPEGs, shrunk to a longest side of :data:`~bench.pack.contenders.IMAGE_MAX_SIDE`), shardpipe's CLI
-against the bare pool and against the one-loop ``ShardWriter`` script. Their thresholds are defined once,
-in :mod:`bench.pack.targets`, and every report prints them. Ratios from one interleaved run are what a
-noisy shared machine can compare honestly: every contender runs once per round, the order rotates between
-rounds, and the median of ``--repeats`` rounds is reported with its min-max. Targets are judged on the
-median of per-round ratios (:func:`bench.pack.run.paired_ratio`), which cancels the machine's drift between
-rounds, and always like with like.
+against the bare pool and against the one-loop ``ShardWriter`` script. For a Parquet dataset in Hugging
+Face's layout (``parquet``: rows of 1 KiB binary plus an int label, issue 34), shardpipe's CLI on the
+folder against its CLI on the same rows as a flat Parquet list with a key column. Their thresholds are
+defined once, in :mod:`bench.pack.targets`, and every report prints them. Ratios from one interleaved
+run are what a noisy shared machine can compare honestly: every contender runs once per round, the order
+rotates between rounds, and the median of ``--repeats`` rounds is reported with its min-max. Targets are
+judged on the median of per-round ratios (:func:`bench.pack.run.paired_ratio`), which cancels the
+machine's drift between rounds, and always like with like.
 
 * The trees are built once and reused by fingerprint from ``bench-results/pack-cache/`` (git-ignored,
   :mod:`bench.pack.data`): for ``small`` and ``large`` one ``.bin`` file per sample in ten class folders,
   seeded random bytes; for ``images`` an ImageFolder tree of real photos (:mod:`testkit.photos`, nothing
-  downloaded).
+  downloaded); for ``parquet`` the same rows as a Hugging Face-style folder and as a flat list.
 * Each tree is read once before timing, so every contender reads it from the page cache: the benchmark
   measures the packers, not the disk. Outputs go to the same file system; ``os.sync()`` runs (untimed)
   before every run so one contender's write-back does not land in the next one's time.
@@ -39,7 +41,7 @@ rounds, and always like with like.
   project's bytecode is written first (``bench.common.system.compile_sources``), as an install writes it,
   so no fresh interpreter compiles the sources again, even where ``PYTHONDONTWRITEBYTECODE`` is set.
 
-``python -m bench.pack [--quick] [--profile small,large,images] [--out DIR] [--docs PAGE]`` writes
+``python -m bench.pack [--quick] [--profile small,large,images,parquet] [--out DIR] [--docs PAGE]`` writes
 ``DIR/report.json`` and ``DIR/report.md``, and with ``--docs`` its section of ``PAGE``
 (``bench.common.docs_page``). ``python -m bench.pack.ray`` compares the Ray engine with the local pool.
 

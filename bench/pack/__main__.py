@@ -21,12 +21,28 @@ from bench.pack.contenders import (
     Contender,
     contenders,
     image_contenders,
+    parquet_contenders,
 )
-from bench.pack.data import PhotoProfile, Profile, build_photo_tree, build_tree, warm
-from bench.pack.run import Workload, byte_workload, cli_startup, image_workload, time_profile
+from bench.pack.data import (
+    ParquetProfile,
+    PhotoProfile,
+    Profile,
+    build_parquet,
+    build_photo_tree,
+    build_tree,
+    warm,
+)
+from bench.pack.run import (
+    Workload,
+    byte_workload,
+    cli_startup,
+    image_workload,
+    parquet_workload,
+    time_profile,
+)
 from bench.pack.targets import targets
 
-PROFILES = ("small", "large", "images")
+PROFILES = ("small", "large", "images", "parquet")
 WARM = "each tree read once before its profile's rounds"
 
 
@@ -47,6 +63,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--large", type=int, default=8_000, help="number of 64 KiB files")
     parser.add_argument("--images", type=int, default=2_000, help="number of photos (about 500x375 JPEG)")
     parser.add_argument(
+        "--parquet", type=int, default=20_000, help="number of Parquet rows of 1 KiB binary plus an int label"
+    )
+    parser.add_argument(
         "--profile",
         type=_profile_names,
         default=PROFILES,
@@ -56,7 +75,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--shards", type=int, default=8, help="shards per profile (sets --max-samples)")
     parser.add_argument(
-        "--quick", action="store_true", help="3,000 + 300 files and 200 photos, 1 round: a smoke test"
+        "--quick",
+        action="store_true",
+        help="3,000 + 300 files, 200 photos and 2,000 Parquet rows, 1 round: a smoke test",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "pack")
     parser.add_argument("--cache", type=Path, default=ROOT / "bench-results" / "pack-cache")
@@ -76,7 +97,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.small, args.large, args.images, args.repeats = 3_000, 300, 200, 1
+        args.small, args.large, args.images, args.parquet, args.repeats = 3_000, 300, 200, 2_000, 1
     args.out, args.cache = args.out.resolve(), args.cache.resolve()  # the contenders run from ROOT
     return args
 
@@ -93,6 +114,12 @@ def _set_up(
             raise RuntimeError(f"{tree}: {files} photos, expected {num_samples}; remove it to rebuild it")
         entries = image_contenders(args.workers, max_samples, photos)
         return image_workload(photos, tree, total), entries, {**asdict(photos), "payload_bytes": total}
+    if name == "parquet":
+        rows = ParquetProfile(name, num_samples)
+        tree = build_parquet(rows, args.cache)
+        warm(tree)
+        entries = parquet_contenders(args.workers, max_samples)
+        return parquet_workload(rows, tree), entries, asdict(rows)
     profile = Profile(name, num_samples, 1024 if name == "small" else 64 * 1024)
     tree = build_tree(profile, args.cache)
     files, total = warm(tree)
@@ -103,7 +130,7 @@ def _set_up(
 
 def measure(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every selected profile's rounds: the result rows, and each profile as the report records it."""
-    sizes = {"small": args.small, "large": args.large, "images": args.images}
+    sizes = {"small": args.small, "large": args.large, "images": args.images, "parquet": args.parquet}
     rows: list[dict[str, Any]] = []
     profiles: dict[str, Any] = {}
     for name in [name for name in args.profile if sizes[name] > 0]:
@@ -119,7 +146,8 @@ def measure(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, A
             "tree": str(workload.tree),
         }
         print(
-            f"{name}: {workload.num_samples:,} files, {workload.payload_bytes / 2**20:,.1f} MiB, "
+            f"{name}: {workload.num_samples:,} {'rows' if name == 'parquet' else 'files'}, "
+            f"{workload.payload_bytes / 2**20:,.1f} MiB, "
             f"{args.repeats} round(s)"
         )
         try:

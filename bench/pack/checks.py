@@ -1,8 +1,8 @@
 """Untimed checks that a contender packed every sample: a fast wrong packer would win otherwise.
 
-Byte profiles: shardpipe's manifest counts every sample, a tar holds at least every payload and its
-headers. Photos: every photo of the tree is in the output under its key, decodes, and has its longest side
-``max_side``.
+Byte and Parquet profiles: shardpipe's manifest counts every sample, a tar holds at least every payload
+and its headers. Photos: every photo of the tree is in the output under its key, decodes, and has its
+longest side ``max_side``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 
 from bench.pack.bare_pool import relpaths
 from bench.pack.contenders import Contender
-from bench.pack.data import PhotoProfile, Profile
+from bench.pack.data import ParquetProfile, PhotoProfile, Profile
 
 
-def check_output(contender: Contender, out: Path, profile: Profile) -> None:
+def check_output(contender: Contender, out: Path, profile: Profile | ParquetProfile) -> None:
     """The contender's output holds every sample of ``profile``; raises RuntimeError if not."""
     if contender.name.startswith("shardpipe"):
         count = manifest_count(out / "ds")

@@ -4,7 +4,8 @@ Byte profiles (:func:`contenders`): ``tar cf`` (the baseline) and ``tar cf`` + f
 per format as the CLI (a subprocess from the repository root, start-up included) and as ``pack()``
 in-process; the tar pack with a no-op ``--map``; webdataset's ``ShardWriter`` in-process and as a script;
 with ``--engine ray`` the Ray engine in-process. Photos (:func:`image_contenders`): every contender applies
-the same preparation; the bare pool is the baseline.
+the same preparation; the bare pool is the baseline. Parquet (:func:`parquet_contenders`): the CLI on a
+Hugging Face-style folder against the CLI on a flat Parquet list of the same rows, the baseline.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common.system import ROOT
-from bench.pack.data import PhotoProfile
+from bench.pack.data import FLAT_LIST, HF_FOLDER, PhotoProfile
 from bench.pack.shardwriter import pack_tree
 from shardpipe import PackOptions, RayExecutor, pack
 from shardpipe.packing.engine import init_worker
@@ -46,6 +47,8 @@ IMAGE_LAYOUTS = {  # what each images contender writes: bench.pack.checks.check_
     SHARDWRITER_POOL: "tars",
 }
 RAY = "shardpipe tar on Ray (in-process)"
+HF_PARQUET = "shardpipe tar (Hugging Face Parquet folder)"
+FLAT_PARQUET = "shardpipe tar (flat Parquet list)"
 ENGINES: list[Any] = []  # executors started for contenders; shut down when the benchmark ends
 
 
@@ -70,12 +73,15 @@ def _tar_cf_fsync(tree: Path, out: Path) -> None:
         os.close(fd)
 
 
-def shardpipe_cli(fmt: str, workers: int, max_samples: int, *flags: str) -> Callable[[Path, Path], None]:
-    """``shardpipe pack`` as a user types it, run from the repository root (where ``bench`` imports)."""
+def shardpipe_cli(
+    fmt: str, workers: int, max_samples: int, *flags: str, source: str = ""
+) -> Callable[[Path, Path], None]:
+    """``shardpipe pack`` as a user types it, run from the repository root (where ``bench`` imports);
+    ``source``: what it packs, relative to the profile's tree (default: the tree)."""
 
     def run(tree: Path, out: Path) -> None:
         command = [
-            sys.executable, "-m", "shardpipe", "pack", str(tree), str(out / "ds"), "--format", fmt,
+            sys.executable, "-m", "shardpipe", "pack", str(tree / source), str(out / "ds"), "--format", fmt,
             "--workers", str(workers), "--max-bytes", "none", "--max-samples", str(max_samples), "--quiet",
             *flags,
         ]  # fmt: skip
@@ -159,4 +165,13 @@ def image_contenders(workers: int, max_samples: int, photos: PhotoProfile) -> li
         Contender(PREPARED_IN_PROCESS, "in-process", _in_process("tar", workers, max_samples, **options)),
         Contender(SHARDWRITER_LOOP, "reference", _shardwriter_script(max_samples, *prepare)),
         Contender(SHARDWRITER_POOL, "reference", _shardwriter_script(max_samples, *prepare, *pool)),
+    ]
+
+
+def parquet_contenders(workers: int, max_samples: int) -> list[Contender]:
+    """The parquet profile: the same rows packed by the CLI from a flat Parquet list with a key column (the
+    baseline) and from a folder in Hugging Face's layout (:func:`bench.pack.data.build_parquet`)."""
+    return [
+        Contender(FLAT_PARQUET, "baseline", shardpipe_cli("tar", workers, max_samples, source=FLAT_LIST)),
+        Contender(HF_PARQUET, "cli", shardpipe_cli("tar", workers, max_samples, source=HF_FOLDER)),
     ]

@@ -2,8 +2,9 @@
 
 ``small`` and ``large`` (:class:`Profile`): one ``.bin`` file per sample in ten class folders, seeded
 random bytes. ``images`` (:class:`PhotoProfile`): an ImageFolder tree of real photos (:mod:`testkit.photos`,
-nothing downloaded). A tree is complete once its ``complete.json`` exists; anything else under its folder is
-removed and rebuilt.
+nothing downloaded). ``parquet`` (:class:`ParquetProfile`): the same rows twice, as a Hugging Face-style
+folder and as a flat Parquet list with a ``key`` column. A tree is complete once its ``complete.json``
+exists; anything else under its folder is removed and rebuilt.
 """
 
 from __future__ import annotations
@@ -14,13 +15,23 @@ import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 DATA_VERSION = 1  # of the byte trees' recipe
 PHOTO_DATA_VERSION = 1  # of the photo trees' recipe
+PARQUET_DATA_VERSION = 1  # of the Parquet sources' recipe
+HF_FOLDER = "hf"  # the Hugging Face-style folder, under a Parquet profile's tree
+HF_FILE = "data/train-00000-of-00001.parquet"  # its one file, named as push_to_hub names it
+FLAT_LIST = "flat/list.parquet"  # the flat list, under the same tree
 NUM_CLASSES = 10  # class folders of every tree
 SEED = 20240  # of every tree
+
+
+def fingerprint(recipe: dict[str, Any]) -> str:
+    """A short hash of what a tree is made from: a tree is reused only while its recipe is the same."""
+    return hashlib.sha256(json.dumps(recipe).encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +43,7 @@ class Profile:
     @property
     def fingerprint(self) -> str:
         """Names the tree's content: a change to any of these rebuilds it instead of reusing it."""
-        text = json.dumps({**asdict(self), "v": DATA_VERSION, "classes": NUM_CLASSES, "seed": SEED})
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        return fingerprint({**asdict(self), "v": DATA_VERSION, "classes": NUM_CLASSES, "seed": SEED})
 
     @property
     def payload_bytes(self) -> int:
@@ -64,7 +74,7 @@ class PhotoProfile:
         """Names the tree's content: the photos depend on the recipe and on numpy's and Pillow's builds."""
         import PIL
 
-        text = json.dumps(
+        return fingerprint(
             {
                 "n": self.num_samples,
                 "size": self.size,
@@ -75,7 +85,27 @@ class PhotoProfile:
                 "pillow": PIL.__version__,
             }
         )
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class ParquetProfile:
+    """``num_samples`` rows of ``sample_bytes`` random bytes (a binary column ``bin``) and an int64
+    ``label``, in row groups of ``group_rows`` (what ``datasets`` writes for binary features)."""
+
+    name: str
+    num_samples: int
+    sample_bytes: int = 1024
+    group_rows: int = 100
+
+    @property
+    def fingerprint(self) -> str:
+        """Names the sources' content: a change to any of these rebuilds them instead of reusing them."""
+        return fingerprint({**asdict(self), "v": PARQUET_DATA_VERSION, "classes": NUM_CLASSES, "seed": SEED})
+
+    @property
+    def payload_bytes(self) -> int:
+        """The binary column's bytes (the labels' few bytes a row left out, as a tree's class folders are)."""
+        return self.num_samples * self.sample_bytes
 
 
 def build_tree(profile: Profile, cache: Path) -> Path:
@@ -112,6 +142,38 @@ def build_photo_tree(profile: PhotoProfile, cache: Path) -> Path:
         return tree
     shutil.rmtree(home, ignore_errors=True)
     make_photos(tree, profile.num_samples, size=profile.size, num_classes=NUM_CLASSES, seed=SEED)
+    done.write_text(json.dumps(asdict(profile)))
+    return tree
+
+
+def build_parquet(profile: ParquetProfile, cache: Path) -> Path:
+    """Return the profile's folder, writing it first unless a complete one with this fingerprint exists:
+    :data:`HF_FOLDER` / :data:`HF_FILE` without a key column and with the schema metadata ``datasets``
+    writes (``Value("binary")``, ``ClassLabel``), and :data:`FLAT_LIST`, the same rows with a ``key``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    home = cache / f"{profile.name}-{profile.num_samples}-{profile.fingerprint}"
+    tree, done = home / "tree", home / "complete.json"
+    if done.is_file():
+        return tree
+    shutil.rmtree(home, ignore_errors=True)
+    rng = np.random.default_rng([SEED, profile.sample_bytes])
+    data = rng.bytes(profile.num_samples * profile.sample_bytes)
+    size = profile.sample_bytes
+    blobs = pa.array([data[i * size : (i + 1) * size] for i in range(profile.num_samples)], pa.binary())
+    labels = pa.array(np.arange(profile.num_samples) % NUM_CLASSES, pa.int64())
+    features = {
+        "bin": {"dtype": "binary", "_type": "Value"},
+        "label": {"names": [f"class{c:02d}" for c in range(NUM_CLASSES)], "_type": "ClassLabel"},
+    }
+    hf = pa.table({"bin": blobs, "label": labels})
+    hf = hf.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
+    keys = pa.array([f"s{i:08d}" for i in range(profile.num_samples)])
+    flat = pa.table({"key": keys, "bin": blobs, "label": labels})
+    for table, relpath in ((hf, f"{HF_FOLDER}/{HF_FILE}"), (flat, FLAT_LIST)):
+        (tree / relpath).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, tree / relpath, row_group_size=profile.group_rows)
     done.write_text(json.dumps(asdict(profile)))
     return tree
 

@@ -13,7 +13,10 @@ from bench.pack.targets import rule
 RULES = {
     "data": "small, large: one .bin file per sample in ten class folders, seeded random bytes; images: real"
     " photos (testkit.photos: crops of scikit-learn's two sample photos, about 500x375 JPEG, one in five"
-    " portrait); each tree built once per fingerprint",
+    " portrait); parquet: rows of 1 KiB seeded random bytes plus an int64 label, in row groups of 100,"
+    " written twice: as a Hugging Face-style folder (data/train-00000-of-00001.parquet, no key column,"
+    " the schema metadata datasets writes) and as a flat Parquet list with a key column; each tree built"
+    " once per fingerprint",
     "warm": "each tree is read once before its profile's rounds: the packers are timed, not the disk",
     "sync": "os.sync() runs, untimed, before every run: one run's write-back stays out of the next's time",
     "bytecode": "the project's bytecode is written before the first run, as an install writes it: no CLI or"
@@ -21,7 +24,8 @@ RULES = {
     "rounds": "every contender runs once per round, the order rotated between rounds; --repeats rounds",
     "spread": "the median of the rounds is reported, min-max of the rounds as spread",
     "paired": "median over rounds of (the baseline's time / the contender's time) within the round: drift"
-    " cancels; the baseline is tar cf for small and large, the bare pool for images",
+    " cancels; the baseline is tar cf for small and large, the bare pool for images, the flat Parquet list"
+    " for parquet",
     "targets": rule(),
     "order": "every shardpipe row packs in its default order (hashed): the target against tar cf is the"
     " pack a user gets without --order",
@@ -59,7 +63,8 @@ def render(report: dict[str, Any]) -> str:
         f"{report['machine']['cpu']}, {report['machine']['cores_usable']} usable cores; "
         f"--workers {p['workers']}, --max-bytes none, --max-samples per profile below; "
         f"{p['repeats']} interleaved round(s), median (min-max); trees read once before timing (warm cache). "
-        "'x' divides medians by the baseline's (tar cf for the byte profiles, the bare pool for images); "
+        "'x' divides medians by the baseline's (tar cf for the byte profiles, the bare pool for images, "
+        "the flat Parquet list for parquet); "
         "'paired' is the median of per-round ratios to it (each round runs every contender back to back), "
         "which the targets use.",
         "",
@@ -103,7 +108,13 @@ def tables(report: dict[str, Any]) -> list[str]:
     lines += ["", "Profiles:"]
     for name, prof in p["profiles"].items():
         shards = f"--max-samples {prof['max_samples']:,} ({prof['shards']} shards)"
-        if "sample_bytes" in prof:
+        if "group_rows" in prof:
+            lines.append(
+                f"- {name}: {prof['num_samples']:,} rows of {prof['sample_bytes']:,} bytes of binary plus an"
+                f" int label, row groups of {prof['group_rows']}, a Hugging Face-style folder against a flat"
+                f" Parquet list, {shards}"
+            )
+        elif "sample_bytes" in prof:
             lines.append(
                 f"- {name}: {prof['num_samples']:,} files of {prof['sample_bytes']:,} bytes, {shards}"
             )

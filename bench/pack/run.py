@@ -19,8 +19,8 @@ from statistics import median
 from typing import Any
 
 from bench.pack.checks import check_output, check_prepared
-from bench.pack.contenders import BARE_POOL, IMAGE_LAYOUTS, TAR, Contender, shardpipe_cli
-from bench.pack.data import PhotoProfile, Profile
+from bench.pack.contenders import BARE_POOL, FLAT_PARQUET, IMAGE_LAYOUTS, TAR, Contender, shardpipe_cli
+from bench.pack.data import ParquetProfile, PhotoProfile, Profile
 
 STARTUP_REPEATS = 5  # runs of the 3-file pack that times the CLI's start-up
 
@@ -41,6 +41,19 @@ class Workload:
 def byte_workload(profile: Profile, tree: Path) -> Workload:
     return Workload(profile.name, tree, profile.num_samples, profile.payload_bytes, TAR,
                     lambda contender, out: check_output(contender, out, profile))  # fmt: skip
+
+
+def parquet_workload(profile: ParquetProfile, tree: Path) -> Workload:
+    """The parquet profile's rounds: every contender's manifest counts every row; the flat list is the
+    baseline."""
+    return Workload(
+        profile=profile.name,
+        tree=tree,
+        num_samples=profile.num_samples,
+        payload_bytes=profile.payload_bytes,
+        baseline=FLAT_PARQUET,
+        check=lambda contender, out: check_output(contender, out, profile),
+    )
 
 
 def image_workload(photos: PhotoProfile, tree: Path, payload_bytes: int) -> Workload:

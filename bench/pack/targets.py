@@ -11,7 +11,9 @@ from typing import Any
 
 from bench.pack.contenders import (
     BARE_POOL,
+    FLAT_PARQUET,
     FORMATS,
+    HF_PARQUET,
     MAP_NOOP,
     PREPARED,
     RAY,
@@ -26,6 +28,7 @@ SHARDWRITER_TARGETS = {"small": 6.0, "large": 1.5}  # shardpipe tar's CLI agains
 MAP_TARGET = 1.15  # the no-op map's pack time over the same pack's without a map: at most
 IMAGE_TARGETS = {BARE_POOL: 0.9, SHARDWRITER_LOOP: 1.8}  # shardpipe's CLI against these, preparing images
 RAY_TARGETS = {"small": 0.7, "large": 0.85}  # the Ray engine against the local one, both in-process
+PARQUET_TARGET = 0.8  # the CLI on a Hugging Face-style Parquet folder against the same rows as a flat list
 LOCAL_IN_PROCESS = "shardpipe tar (in-process)"
 
 
@@ -39,7 +42,8 @@ def rule() -> str:
         f" least {FORMAT_TARGET:g}x {TAR}; shardpipe tar's CLI at least {shardwriter} {SHARDWRITER_SCRIPT};"
         f" the no-op map's CLI pack taking at most {MAP_TARGET:g}x the time of the same CLI pack without a"
         f" map; preparing images, shardpipe's CLI at least {images}; with --engine ray, the Ray engine at"
-        f" least {ray} the local engine, both in-process"
+        f" least {ray} the local engine, both in-process; {HF_PARQUET} at least {PARQUET_TARGET:g}x"
+        f" {FLAT_PARQUET} (the same rows, both the CLI)"
     )
 
 
@@ -49,8 +53,9 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     Formats against ``tar cf``: the CLI rows (start-up included, as ``tar cf``'s is). shardpipe's tar
     against ShardWriter: the CLI against ShardWriter run as a script. The no-op map: its CLI pack's time
     over the same CLI pack's without a map, at most. Preparing images: shardpipe's CLI against the bare
-    pool and against the one-loop ShardWriter script. A target whose contenders did not run (``--only``,
-    ``--profile``) is left out.
+    pool and against the one-loop ShardWriter script. A Parquet dataset in Hugging Face's layout: the CLI
+    against the CLI on the same rows as a flat Parquet list. A target whose contenders did not run
+    (``--only``, ``--profile``) is left out.
     """
     found = []
     for profile in dict.fromkeys(r["profile"] for r in rows):
@@ -77,6 +82,10 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if {PREPARED, baseline} <= times.keys():
                 value = paired_ratio(times[baseline], times[PREPARED])
                 found.append(_target(profile, f"{PREPARED} >= {threshold:g}x {baseline}", value, threshold))
+        if {HF_PARQUET, FLAT_PARQUET} <= times.keys():
+            value = paired_ratio(times[FLAT_PARQUET], times[HF_PARQUET])
+            name = f"{HF_PARQUET} >= {PARQUET_TARGET:g}x {FLAT_PARQUET}"
+            found.append(_target(profile, name, value, PARQUET_TARGET))
     return found
 
 

@@ -36,7 +36,7 @@ from shardpipe.packing.shard_writing import SourceFileError
 from shardpipe.packing.split import parse_split
 from shardpipe.process_settings import keep_freed_memory
 from shardpipe.sources import IncompleteSamplesError
-from shardpipe.sources.parquet_table import UnusableColumnError
+from shardpipe.sources.parquet_columns import UnusableColumnError
 from shardpipe.tools.index import index as run_index
 from shardpipe.tools.inspection import inspect as run_inspect
 from shardpipe.tools.inspection import render

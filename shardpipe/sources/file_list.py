@@ -21,12 +21,14 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from concurrent.futures import Executor
 from contextlib import closing
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from shardpipe.errors import DataError, UsageError
 from shardpipe.sources.line_pieces import cut_ranges
 from shardpipe.sources.list_piece import ListSource, PieceColumns, list_kind, open_parquet, read_list_piece
+from shardpipe.sources.ordered import in_order
 from shardpipe.sources.table import Grouped
 
 PIECE_BYTES = 8 << 20
@@ -101,18 +103,7 @@ def _read(
     """Each piece's columns, in piece order; read on ``pool`` (all submitted at once) or here.
 
     A single piece is the whole list: ``(0, -1)`` asks for that explicitly."""
-    whole = len(pieces) == 1
-    if pool is None:
-        for piece in pieces:
-            yield read_list_piece(source, piece, whole)
-        return
-    futures = [pool.submit(read_list_piece, source, piece, whole) for piece in pieces]
-    try:
-        for future in futures:
-            yield future.result()
-    finally:
-        for future in futures:
-            future.cancel()
+    return in_order(partial(read_list_piece, source, whole=len(pieces) == 1), pieces, pool)
 
 
 def _merge(source: ListSource, results: Iterator[PieceColumns]) -> Grouped | None:

@@ -29,10 +29,10 @@ from shardpipe.sources.table import Grouped
 SIDE_FIELDS = frozenset({"md", "json", "txt", "yaml", "yml"})
 """Extensions of files that may sit beside the Parquet files of a dataset folder (read or passed over)."""
 SPLIT_KEYWORDS = {
-    "train": "train", "training": "train",
-    "validation": "validation", "valid": "validation", "val": "validation", "dev": "validation",
-    "test": "test", "testing": "test", "eval": "test", "evaluation": "test",
-}  # fmt: skip
+    **dict.fromkeys(("train", "training"), "train"),
+    **dict.fromkeys(("validation", "valid", "val", "dev"), "validation"),
+    **dict.fromkeys(("test", "testing", "eval", "evaluation"), "test"),
+}
 """Hugging Face's split keywords (``datasets.data_files``), each to the split it names."""
 SPLIT_ORDER = ("train", "validation", "test")
 """Splits in this order first, as ``datasets`` lists them; any others after, by name."""

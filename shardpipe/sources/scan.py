@@ -88,9 +88,14 @@ def scan_source(
         if literal_fields:
             raise UsageError("literal fields describe a file list of paths; a Parquet dataset holds values")
         found = scan_parquet_dataset(
-            files, shown, readme=readme, field_map=field_map, key_column=key_column,
-            storage_options=storage_options, pool=pool,
-        )  # fmt: skip
+            files,
+            shown,
+            readme=readme,
+            field_map=field_map,
+            key_column=key_column,
+            storage_options=storage_options,
+            pool=pool,
+        )
         return _table_scan(found, shown, skip_incomplete)
     if key_column is not None or field_map:
         what = "key column" if key_column is not None else "field mapping"
@@ -119,9 +124,25 @@ def _table_scan(found: TableScan, shown: str, skip_incomplete: bool) -> Scan:
     table, skipped = _table(found.grouped, shown, skip_incomplete)
     origins = np.array([found.origins[key] for key in table.keys], dtype=np.int64).reshape(-1, 2)
     names = tuple(f.shown for f in found.files)
-    table = SampleTable(table.keys, table.fields, table.columns, table.sizes, origins, names)
+    table = SampleTable(
+        keys=table.keys,
+        fields=table.fields,
+        columns=table.columns,
+        sizes=table.sizes,
+        origins=origins,
+        origin_files=names,
+    )
     row_splits = tuple(found.files[number].split for number in origins[:, 0].tolist())
-    return Scan(table, found.classes, skipped, 0, "parquet", found.splits, row_splits, found.details)
+    return Scan(
+        table=table,
+        classes=found.classes,
+        num_skipped_incomplete=skipped,
+        num_ignored_files=0,
+        kind="parquet",
+        splits=found.splits,
+        row_splits=row_splits,
+        details=found.details,
+    )
 
 
 def _table(grouped: Grouped, shown: str, skip_incomplete: bool) -> tuple[SampleTable, int]:

@@ -49,15 +49,20 @@ class SampleTable:
 
     def take(self, rows: slice | list[int]) -> SampleTable:
         """The samples at ``rows`` (a slice, or a list of indices in the order wanted), as a table."""
-        origins = None if self.origins is None else self.origins[rows]
         if isinstance(rows, slice):
-            return SampleTable(
-                self.keys[rows], self.fields, [c[rows] for c in self.columns], self.sizes[rows], origins,
-                self.origin_files,
-            )  # fmt: skip
-        columns = [[column[i] for i in rows] for column in self.columns]
+            keys, columns = self.keys[rows], [column[rows] for column in self.columns]
+        else:
+            keys, columns = (
+                [self.keys[i] for i in rows],
+                [[column[i] for i in rows] for column in self.columns],
+            )
         return SampleTable(
-            [self.keys[i] for i in rows], self.fields, columns, self.sizes[rows], origins, self.origin_files
+            keys=keys,
+            fields=self.fields,
+            columns=columns,
+            sizes=self.sizes[rows],
+            origins=None if self.origins is None else self.origins[rows],
+            origin_files=self.origin_files,
         )
 
 

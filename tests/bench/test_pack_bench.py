@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
@@ -20,7 +21,9 @@ from bench.pack.checks import check_output, check_prepared
 from bench.pack.contenders import (
     BARE_POOL,
     BARE_POOL_PLAIN,
+    FLAT_PARQUET,
     FORMATS,
+    HF_PARQUET,
     MAP_NOOP,
     PREPARED,
     PREPARED_IN_PROCESS,
@@ -32,7 +35,15 @@ from bench.pack.contenders import (
     TAR_FSYNC,
     Contender,
 )
-from bench.pack.data import PhotoProfile, Profile
+from bench.pack.data import (
+    FLAT_LIST,
+    HF_FILE,
+    HF_FOLDER,
+    ParquetProfile,
+    PhotoProfile,
+    Profile,
+    build_parquet,
+)
 from bench.pack.run import Workload, byte_workload, paired_ratio, time_profile
 from bench.pack.targets import targets
 from tests.bench.scripts import run_module
@@ -57,6 +68,7 @@ IMAGE_CONTENDERS = {
 }
 MAP_TARGET = f"{MAP_NOOP}: time <= 1.15x shardpipe tar (no map)"
 IMAGE_TARGETS = {f"{PREPARED} >= 0.9x {BARE_POOL}", f"{PREPARED} >= 1.8x {SHARDWRITER_LOOP}"}
+PARQUET_TARGET = f"{HF_PARQUET} >= 0.8x {FLAT_PARQUET}"
 
 
 def _judged(target: dict[str, Any]) -> bool:
@@ -84,7 +96,7 @@ def test_docs_section_holds_the_settings_rules_and_tables(quick: tuple[dict[str,
         "| --small | 3000 |" in section and "| --workers | 2 |" in section and "| profile small | " in section
     )
     assert "| --images | 200 |" in section and "| profile images | " in section
-    assert "| --profile | small,large,images |" in section and "- **images**: " in section
+    assert "| --profile | small,large,images,parquet |" in section and "- **images**: " in section
     assert f"| profile | contender | samples/s | MB/s | x {BARE_POOL} | paired |" in section
     assert f"tar {report['versions']['tar']}" in section
     assert "- **paired**: " in section and "- **spread**: " in section
@@ -105,7 +117,7 @@ def test_quick_run_times_every_contender_and_judges_every_target(
     assert {r["contender"] for r in report["results"] if r["profile"] == "images"} == IMAGE_CONTENDERS
     assert {r["baseline"] for r in report["results"] if r["profile"] == "images"} == {BARE_POOL}
     names = {(t["profile"], t["target"]) for t in report["targets"]}
-    assert len(names) == len(report["targets"]) == 2 * (len(FORMATS) + 2) + len(IMAGE_TARGETS)
+    assert len(names) == len(report["targets"]) == 2 * (len(FORMATS) + 2) + len(IMAGE_TARGETS) + 1
     assert ("small", "shardpipe tar >= 6x webdataset ShardWriter (script)") in names
     assert ("large", "shardpipe tar >= 1.5x webdataset ShardWriter (script)") in names
     for profile in ("small", "large"):  # the pack without a map, in its default order, against tar cf
@@ -121,6 +133,28 @@ def test_quick_run_times_every_contender_and_judges_every_target(
     images = report["parameters"]["profiles"]["images"]
     assert images["num_samples"] == 200 and images["max_side"] == 256 and images["quality"] == 90
     assert report["costs"]["cli_startup_s"] > 0 and report["parameters"]["repeats"] == 1
+
+
+def test_quick_run_packs_the_parquet_rows_both_ways_and_judges_their_target(
+    quick: tuple[dict[str, Any], str, Path],
+) -> None:
+    report, _, out = quick
+    rows = [r for r in report["results"] if r["profile"] == "parquet"]
+    assert {r["contender"] for r in rows} == {FLAT_PARQUET, HF_PARQUET}
+    assert {r["baseline"] for r in rows} == {FLAT_PARQUET} and {r["samples"] for r in rows} == {2_000}
+    assert [t["target"] for t in report["targets"] if t["profile"] == "parquet"] == [PARQUET_TARGET]
+    text = (out / "report.md").read_text()
+    assert f"| parquet | {PARQUET_TARGET} | " in text
+    assert "- parquet: 2,000 rows of 1,024 bytes of binary plus an int label, row groups of 100" in text
+
+
+def test_parquet_sources_hold_the_same_rows_one_with_keys_one_in_the_hub_layout(tmp_path: Path) -> None:
+    tree = build_parquet(ParquetProfile("parquet", 20, group_rows=5), tmp_path)
+    hf, flat = pq.read_table(tree / HF_FOLDER / HF_FILE), pq.read_table(tree / FLAT_LIST)
+    assert hf.column_names == ["bin", "label"] and b"huggingface" in (hf.schema.metadata or {})
+    assert flat.column("key").to_pylist()[:2] == ["s00000000", "s00000001"]
+    assert flat.drop_columns(["key"]).equals(hf.replace_schema_metadata(None))
+    assert pq.ParquetFile(tree / FLAT_LIST).metadata.num_row_groups == 4
 
 
 class FakeClock:
