@@ -5,7 +5,7 @@ The contract an executor must honour, and that the pack keeps for it:
 
 * These tasks are submitted: ``shardpipe.sources.tree.scan_names(chunk)`` (list one folder's names),
   ``shardpipe.sources.list_piece.read_list_piece(source, piece, whole)`` (read, check and size one piece
-  of a file list), ``shardpipe.sources.parquet_table.read_table_piece(piece)`` (read one run of a Parquet
+  of a file list), ``shardpipe.sources.parquet_pieces.read_table_piece(piece)`` (read one run of a Parquet
   dataset's row groups), ``shardpipe.packing.shard_writing.write_shard(job, out, format_name,
   source_options)`` (write one shard into the store ``out``) and, for a pack with a map,
   ``shardpipe.packing.mapping.pieces.map_piece(...)`` and ``shardpipe.packing.mapping.shards.
