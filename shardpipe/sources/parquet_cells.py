@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from shardpipe.errors import DataError
+from shardpipe.sources.keys import SampleError, check_key
 from shardpipe.sources.parquet_columns import ColumnRule
 
 _MAGIC = (
@@ -48,8 +49,6 @@ class RowPlace:
 
 def key_cells(column: Any, name: str, where: RowPlace) -> list[str]:
     """A key column's cells as keys (integers in decimal), each checked by the rule a map's keys follow."""
-    from shardpipe.packing.samples import SampleError, check_key
-
     keys = [value if isinstance(value, str) or value is None else str(value) for value in column.to_pylist()]
     for index, key in enumerate(keys):
         try:
