@@ -1,5 +1,6 @@
-"""The ``shardpipe`` command: :mod:`.commands` parses, calls the library and turns its errors into exit
-codes; :mod:`.storage` reads the storage flags and shows locations without credentials."""
+"""The ``shardpipe`` command: :mod:`.commands` (the group, verify, inspect, index) and :mod:`.pack` parse
+and call the library; :mod:`.exit_codes` turns its errors into exit codes; :mod:`.storage` reads the
+storage flags and shows locations without credentials."""
 
 from shardpipe.process_settings import single_threaded_blas
 
