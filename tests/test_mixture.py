@@ -1,0 +1,137 @@
+"""``Mixture`` over real packs (tar and LMDB) through ``make_loader``: exact per-source counts per epoch,
+the ``__source__`` column on both paths, per-source passes across epochs, worker-count independence, equal
+steps, resume onto another world and worker count, and the errors for sources and states that do not fit."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loaders import Mixture, ShardedDataset, make_loader
+from loaders.transfer.collate import collate_samples
+from tests.datagen import pack_dataset
+
+BATCH = 4
+SIZES = {"a": 23, "b": 11}
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return {
+        "a": pack_dataset(tmp_path_factory.mktemp("mix-a"), "tar", SIZES["a"], max_samples=5),
+        "b": pack_dataset(tmp_path_factory.mktemp("mix-b"), "lmdb", SIZES["b"], max_samples=4),
+    }
+
+
+def mixture(paths: dict[str, Path], rank: int = 0, world: int = 1, **options: Any) -> Mixture:
+    sources = {name: ShardedDataset(path, rank=rank, world_size=world) for name, path in paths.items()}
+    options.setdefault("weights", {"a": 0.7, "b": 0.3})
+    options.setdefault("samples_per_epoch", 40)
+    return Mixture(sources, seed=4, **options)
+
+
+def samples(loader: Any) -> list[tuple[int, str, bool]]:
+    """(source, key, pad) of everything one pass yields."""
+    out = []
+    for batch in loader:
+        out += zip(batch["__source__"].tolist(), batch["__key__"], batch["__pad__"].tolist(), strict=True)
+    return out
+
+
+def test_exact_counts_equal_steps_and_the_source_column(paths: dict[str, Path]) -> None:
+    mix = mixture(paths)
+    assert mix.names == ("a", "b")
+    loader = make_loader(mix, batch_size=BATCH, num_workers=0)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        got = samples(loader)
+        assert len(got) == 40 and len(loader) == -(-40 // BATCH)
+        assert Counter(s for s, _, pad in got if not pad) == {0: 28, 1: 12}
+
+
+def test_per_source_passes_continue_across_epochs(paths: dict[str, Path]) -> None:
+    """b draws 12 a epoch from 11 samples: over 3 epochs 36 draws, three whole passes plus 3 of the next."""
+    loader = make_loader(mixture(paths), batch_size=BATCH, num_workers=0)
+    keys: Counter[str] = Counter()
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        keys.update(key for s, key, _ in samples(loader) if s == 1)
+    assert len(keys) == SIZES["b"] and sorted(Counter(keys.values()).items()) == [(3, 8), (4, 3)]
+
+
+def test_the_same_multiset_for_any_worker_count_and_path(paths: dict[str, Path]) -> None:
+    seen = []
+    for workers in (0, 2):
+        loader = make_loader(mixture(paths), batch_size=BATCH, num_workers=workers, persistent_workers=False)
+        loader.set_epoch(1)
+        seen.append(sorted(samples(loader)))
+    per_sample = make_loader(mixture(paths), batch_size=BATCH, num_workers=0, collate_fn=collate_samples)
+    per_sample.set_epoch(1)
+    seen.append(sorted(samples(per_sample)))
+    assert seen[0] == seen[1] == seen[2]
+
+
+def test_per_batch_gives_every_batch_its_share(paths: dict[str, Path]) -> None:
+    loader = make_loader(
+        mixture(paths, per_batch=True), batch_size=10, num_workers=2, persistent_workers=False
+    )
+    for batch in loader:
+        counts = Counter(batch["__source__"].tolist())
+        if len(batch["__key__"]) == 10:
+            assert counts == {0: 7, 1: 3}
+
+
+def test_resume_on_another_world_and_worker_count(paths: dict[str, Path]) -> None:
+    loader = make_loader(mixture(paths), batch_size=BATCH, num_workers=2, persistent_workers=False)
+    loader.set_epoch(3)
+    batches = iter(loader)
+    consumed = [x for _ in range(3) for x in samples([next(batches)])]
+    state = json.loads(json.dumps(loader.state_dict()))
+    del batches
+    assert state["sources"]["b"] == {"pass": 3, "position": 3}  # 36 draws of 11 samples before epoch 3
+    rest, steps = [], set()
+    for rank in range(2):
+        resumed = make_loader(
+            mixture(paths, rank, 2), batch_size=BATCH, num_workers=1, persistent_workers=False
+        )
+        resumed.load_state_dict(state)
+        resumed.set_epoch(3)
+        mine = samples(resumed)
+        steps.add((len(resumed), -(-len(mine) // BATCH)))
+        rest += mine
+    fresh = make_loader(mixture(paths), batch_size=BATCH, num_workers=0)
+    fresh.set_epoch(3)
+    whole = Counter((s, k) for s, k, pad in samples(fresh) if not pad)
+    after = Counter((s, k) for s, k, pad in consumed + rest if not pad)
+    assert after == whole and len(steps) == 1  # every remaining sample once, equal steps on both ranks
+
+
+def test_a_state_with_other_weights_or_sources_is_refused(paths: dict[str, Path]) -> None:
+    loader = make_loader(mixture(paths), batch_size=BATCH, num_workers=0)
+    state = loader.state_dict()
+    other = make_loader(mixture(paths, weights={"a": 0.5, "b": 0.5}), batch_size=BATCH, num_workers=0)
+    with pytest.raises(ValueError, match=r"found mix=.*expected"):
+        other.load_state_dict(state)
+    swapped = Mixture({"b": ShardedDataset(paths["b"]), "a": ShardedDataset(paths["a"])}, {"a": 1, "b": 1})
+    with pytest.raises(ValueError, match=r"found names=.*expected"):
+        make_loader(swapped, batch_size=BATCH, num_workers=0).load_state_dict(state)
+
+
+def test_sources_that_cannot_mix_are_refused(paths: dict[str, Path], tmp_path: Path) -> None:
+    other = pack_dataset(tmp_path, "tar", 5, fields=("bin",))
+    with pytest.raises(ValueError, match=r"fields only in 'a': \['txt'\]"):
+        Mixture({"a": ShardedDataset(paths["a"]), "c": ShardedDataset(other)}, {"a": 1.0, "c": 1.0})
+    drop = ShardedDataset(paths["b"], remainder="drop")
+    with pytest.raises(ValueError, match="source 'b' has remainder='drop'"):
+        Mixture({"a": ShardedDataset(paths["a"]), "b": drop}, {"a": 1.0, "b": 1.0})
+    decoded = ShardedDataset(paths["b"], decode={"txt": "txt"})
+    with pytest.raises(ValueError, match=r"decode fields \['txt'\] differently"):
+        Mixture({"a": ShardedDataset(paths["a"]), "b": decoded}, {"a": 1.0, "b": 1.0})
+    with pytest.raises(ValueError, match="unknown source"):
+        mixture(paths, weights={"a": 1.0, "b": 1.0, "z": 1.0})
+    with pytest.raises(ValueError, match="samples_per_epoch"):
+        mixture(paths, samples_per_epoch=0)
