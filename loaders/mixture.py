@@ -35,7 +35,7 @@ from loaders.planning.position import Position
 from loaders.planning.weights import EpochMix, WeightSchedule, epoch_mix, epoch_weights
 from loaders.reading.columns import Columns
 from loaders.reading.readers import ShardReaders
-from loaders.reading.windows import WindowReader
+from loaders.reading.windows import OnError, WindowReader
 from loaders.transfer.heap import freeze_inherited_objects
 
 
@@ -74,7 +74,7 @@ class Mixture(ShardedDataset):
         self.weights, self.samples_per_epoch, self.per_batch = weights, samples_per_epoch, per_batch
         self.sizes = tuple(sum(d.shard_sizes) for d in datasets)
         self.fields: tuple[str, ...] = first.manifest.fields
-        on_error = "skip" if all(d.options.on_error == "skip" for d in datasets) else "raise"
+        on_error: OnError = "skip" if all(d.options.on_error == "skip" for d in datasets) else "raise"
         self.options = type(first.options)(
             split="+".join(f"{n}:{d.options.split}" for n, d in zip(self.names, datasets, strict=True)),
             shuffle=first.options.shuffle,
@@ -85,7 +85,7 @@ class Mixture(ShardedDataset):
             on_error=on_error,
             check=first.options.check,
         )
-        self.shards = [shard for d in datasets for shard in d.shards]
+        self.shards = tuple(shard for d in datasets for shard in d.shards)
         self.shard_sizes = [n for d in datasets for n in d.shard_sizes]
         self.shard_offsets = tuple(int(x) for x in np.cumsum([0, *(len(d.shards) for d in datasets)])[:-1])
         self.rank, self.world_size = first.rank, first.world_size

@@ -36,7 +36,7 @@ def mixture(paths: dict[str, Path], rank: int = 0, world: int = 1, **options: An
 
 def samples(loader: Any) -> list[tuple[int, str, bool]]:
     """(source, key, pad) of everything one pass yields."""
-    out = []
+    out: list[tuple[int, str, bool]] = []
     for batch in loader:
         out += zip(batch["__source__"].tolist(), batch["__key__"], batch["__pad__"].tolist(), strict=True)
     return out
