@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from loaders.planning import EpochMix, Stages, epoch_mix, epoch_schedule, epoch_sequence, largest_remainder
 from loaders.planning.balance import batch_counts
 from loaders.planning.elastic import Segment, consumed_runs, remaining_of
-from loaders.planning.mixture import cursor_runs, first_cursors
+from loaders.planning.mixture import cursor_runs, first_cursors, quota_schedule, stride_schedule
 from loaders.planning.planner import PlanConfig, plan_windows, samples_per_rank, worker_part, yield_order
 
 FAST = settings(max_examples=40, deadline=None)
@@ -36,52 +36,47 @@ def mix_of(weights: list[float], total: int) -> EpochMix:
     return epoch_mix(dict(zip(names, weights, strict=True)), names, [1] * len(names), total)
 
 
-def prefix_bound(counts: tuple[int, ...]) -> list[float]:
-    """The bound the mixture module proves: (1 + (k - 2) * w_s) / 2 per source."""
-    n, k = sum(counts), len(counts)
-    return [(1 + (k - 2) * c / n) / 2 for c in counts]
+def deviations(mix: EpochMix, schedule: np.ndarray) -> np.ndarray:
+    """``(N + 1, k)`` each prefix's count of each source minus its share."""
+    counts, total = np.asarray(mix.counts), mix.num_samples
+    prefix = np.cumsum(np.eye(len(counts), dtype=np.int64)[schedule], axis=0)
+    prefix = np.vstack([np.zeros(len(counts), dtype=np.int64), prefix])
+    return prefix - np.arange(total + 1)[:, None] * counts[None, :] / total
 
 
 @FAST
-@given(mixtures())
-def test_counts_are_exact_largest_remainder(mixture: tuple[list[float], list[int], int]) -> None:
+@given(mixtures(), st.integers(0, 3))
+def test_counts_are_exact_largest_remainder(mixture: tuple[list[float], list[int], int], epoch: int) -> None:
     weights, _, total = mixture
-    counts = mix_of(weights, total).counts
+    mix = mix_of(weights, total)
     share = [w / math.fsum(weights) * total for w in weights]
-    assert sum(counts) == total
-    assert all(abs(c - x) < 1 for c, x in zip(counts, share, strict=True))
+    assert sum(mix.counts) == total
+    assert all(abs(c - x) < 1 for c, x in zip(mix.counts, share, strict=True))
+    assert np.bincount(epoch_schedule(mix, 7, epoch), minlength=len(weights)).tolist() == list(mix.counts)
 
 
 @FAST
 @given(mixtures(max_total=400), st.integers(0, 3))
-def test_every_prefix_within_the_proved_bound(
+def test_every_prefix_within_one_and_every_interval_within_two(
     mixture: tuple[list[float], list[int], int], epoch: int
 ) -> None:
     weights, _, total = mixture
     mix = mix_of(weights, total)
-    schedule = epoch_schedule(mix, 7, epoch)
-    counts = np.asarray(mix.counts)
-    prefix = np.cumsum(np.eye(len(counts), dtype=np.int64)[schedule], axis=0)  # (N, k)
-    ideal = np.arange(1, total + 1)[:, None] * counts[None, :] / total
-    deviation = np.abs(prefix - ideal).max(axis=0)
-    bound = prefix_bound(mix.counts)
-    assert all(d <= b + 1e-9 for d, b in zip(deviation, bound, strict=True))
-    if len(counts) <= 3:
-        assert deviation.max() <= 1 + 1e-9  # within one sample, the issue's target, for up to 3 sources
-    for a in range(0, total, 7):  # any interval: at most twice the bound
-        part = prefix[-1] - (prefix[a - 1] if a else 0)
-        ideal_part = (total - a) * counts / total
-        assert np.all(np.abs(part - ideal_part) <= 2 * np.asarray(bound) + 1e-9)
+    deviation = deviations(mix, epoch_schedule(mix, 7, epoch))
+    assert np.abs(deviation).max() <= 1 + 1e-9
+    assert (deviation.max(axis=0) - deviation.min(axis=0)).max() <= 2 + 1e-9  # any [a, b): two prefixes
 
 
-def test_four_sources_can_pass_one_sample_and_stay_in_the_bound() -> None:
-    """Why the bound is not "one sample" for 4+ sources: the worst prefix of a skewed mix."""
+def test_a_skewed_mix_of_four_takes_the_quota_order() -> None:
+    """The stride order alone is off by more than one here ((k - 2) * max w > 1); the quota order keeps
+    floor(p * w) <= count <= ceil(p * w) for every prefix."""
     mix = mix_of([0.7, 0.1, 0.1, 0.1], 1000)
-    schedule = epoch_schedule(mix, 0, 0)
-    prefix = np.cumsum(np.eye(4, dtype=np.int64)[schedule], axis=0)
-    ideal = np.arange(1, 1001)[:, None] * np.asarray(mix.counts)[None, :] / 1000
-    worst = np.abs(prefix - ideal).max(axis=0)
-    assert worst[0] <= prefix_bound(mix.counts)[0] + 1e-9
+    ranks = np.arange(4)
+    assert np.abs(deviations(mix, stride_schedule(list(mix.counts), ranks))).max() > 1
+    quota = quota_schedule(list(mix.counts), [2, 0, 3, 1])
+    deviation = deviations(mix, quota)
+    assert np.all(deviation > -1) and np.all(deviation < 1)  # floor(p w) <= c_s(p) <= ceil(p w)
+    assert np.abs(deviations(mix, epoch_schedule(mix, 0, 0))).max() < 1
 
 
 def all_yields(
@@ -142,7 +137,6 @@ def test_each_worker_part_reads_each_source_contiguously(
     mix = mix_of(weights, total)
     runs = epoch_sequence(mix, 3, 0)
     config = mixture_config(world, workers, "drop", batch)
-    bound = np.asarray(prefix_bound(mix.counts))
     for rank in range(world):
         for worker in range(config.num_readers):
             part = worker_part(runs, config, epoch=0, rank=rank, worker_index=worker)
@@ -151,7 +145,7 @@ def test_each_worker_part_reads_each_source_contiguously(
                 assert np.all(rows[1:, 1] == rows[:-1, 2])  # one contiguous stretch of the source's j
             got = np.bincount(part[:, 0], weights=part[:, 2] - part[:, 1], minlength=len(mix.counts))
             ideal = (part[:, 2] - part[:, 1]).sum() * np.asarray(mix.counts) / total
-            assert np.all(np.abs(got - ideal) <= 2 * bound + 1e-9)  # a part is an interval
+            assert np.all(np.abs(got - ideal) <= 2 + 1e-9)  # a part is an interval
 
 
 @FAST

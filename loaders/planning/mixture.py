@@ -3,12 +3,14 @@
 Rules:
 1. Counts. An epoch's composition (``loaders.planning.weights.EpochMix``) gives each source its exact count
    per stage.
-2. Schedule. Within a stage, source s's j-th sample takes the ideal time (j + 1/2) / n_s and positions
-   are filled in order of ideal time (the Webster / stride order); exact ties go to the source ranked first
-   by ``SeedSequence([seed, epoch, stage])``. Proved bound, for every prefix of p positions of a stage:
-   ``|c_s(p) - p * n_s / n| <= (1 + (k - 2) * n_s / n) / 2`` for k sources (each source's count is within
-   1/2 of threshold x n_s; their sum is p), which is within one sample for up to three sources. Any
-   interval deviates by at most twice that.
+2. Schedule. Every prefix of p positions of a stage holds each source within one sample of its share:
+   ``|c_s(p) - p * n_s / n| <= 1``, so any interval is within two. Where it is proved enough, source s's
+   j-th sample takes the ideal time (j + 1/2) / n_s and positions follow ideal times (the stride order,
+   vectorised); each source's count is then within 1/2 of threshold x n_s and their sum is p, so
+   ``|c_s(p) - p * w_s| <= (1 + (k - 2) * w_s) / 2`` for k sources, within one when (k - 2) * max w <= 1
+   (always for up to three sources). Otherwise the quota order (:func:`quota_schedule`, a Python loop)
+   keeps ``floor(p * w_s) <= c_s(p) <= ceil(p * w_s)``. Exact ties go to the source ranked first by
+   ``SeedSequence([seed, epoch, stage])``.
 3. Sequence. The epoch's sequence is written as runs over one virtual shard per source: row
    ``(s, j0, j1)`` is source s's epoch samples j0..j1-1. A contiguous cut of the sequence (a rank's
    share, a worker's part, a window) therefore holds each source's samples as a contiguous stretch of j.
@@ -33,16 +35,46 @@ SOURCE_STREAM = 0x6D6978  # keeps a source's pass seeds apart from the epoch see
 
 
 def stage_schedule(counts: Sequence[int], entropy: Sequence[int]) -> np.ndarray:
-    """``(n,)`` source index of each position of one stage, in order (rule 2)."""
+    """``(n,)`` source index of each position of one stage, in order (rule 2): the stride order where it is
+    proved within one sample, the quota order otherwise."""
     counts = [int(c) for c in counts]
-    if not sum(counts):
+    total = sum(counts)
+    if not total:
         return np.zeros(0, dtype=np.int64)
     ranks = np.random.default_rng(np.random.SeedSequence(list(entropy))).permutation(len(counts))
+    if (len(counts) - 2) * max(counts) > total:
+        return quota_schedule(counts, ranks.tolist())
+    return stride_schedule(counts, ranks)
+
+
+def stride_schedule(counts: list[int], ranks: np.ndarray) -> np.ndarray:
+    """Positions in order of ideal time (j + 1/2) / n_s, ties to the lower rank (vectorised)."""
     source = np.repeat(np.arange(len(counts)), counts)  # (n,)
     first = np.repeat(np.cumsum(counts) - counts, counts)
     j = np.arange(len(source)) - first  # (n,) index within its source
     ideal = (2 * j + 1) / (2 * np.asarray(counts, dtype=np.float64)[source])  # exact ties stay exact
     return source[np.lexsort((ranks[source], ideal))]
+
+
+def quota_schedule(counts: list[int], ranks: list[int]) -> np.ndarray:
+    """Earliest deadline first over windows that keep every prefix within quota: source s's j-th sample
+    may not come before position floor(j n / n_s) (upper quota) and is due by ceil((j + 1) n / n_s) - 1
+    (lower quota). A schedule meeting every window exists (house-monotone quota apportionment, Balinski
+    and Young), and EDF finds one for unit jobs; ties go to the lower rank. One Python step a position."""
+    total, k = sum(counts), len(counts)
+    taken = [0] * k
+    out = np.empty(total, dtype=np.int64)
+    for position in range(total):
+        best, best_key = -1, (total, k)
+        for s in range(k):
+            j, n = taken[s], counts[s]
+            if j < n and j * total // n <= position:
+                key = (-(-(j + 1) * total // n) - 1, ranks[s])
+                if key < best_key:
+                    best, best_key = s, key
+        out[position] = best
+        taken[best] += 1
+    return out
 
 
 def epoch_schedule(mix: EpochMix, seed: int, epoch: int) -> np.ndarray:
