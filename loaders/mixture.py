@@ -20,6 +20,7 @@ import torch
 
 from loaders.dataset import MAX_WORKERS, ShardedDataset
 from loaders.distributed.world import get_worker
+from loaders.mixture_sources import checked_sources
 from loaders.planning.elastic import Segment, consumed_count, remaining_of
 from loaders.planning.mixture import cursor_runs, epoch_sequence, first_cursors, source_position
 from loaders.planning.planner import (
@@ -34,6 +35,7 @@ from loaders.planning.planner import (
 from loaders.planning.position import Position
 from loaders.planning.weights import EpochMix, WeightSchedule, epoch_mix, epoch_weights
 from loaders.reading.columns import Columns
+from loaders.reading.mixed import by_source, read_order
 from loaders.reading.readers import ShardReaders
 from loaders.reading.windows import OnError, WindowReader
 from loaders.transfer.heap import freeze_inherited_objects
@@ -59,7 +61,7 @@ class Mixture(ShardedDataset):
         per_batch: bool = False,
         seed: int = 0,
     ) -> None:
-        datasets = _checked_sources(sources)
+        datasets = checked_sources(sources)
         first = datasets[0]
         if samples_per_epoch is not None and (
             isinstance(samples_per_epoch, bool)
@@ -94,6 +96,7 @@ class Mixture(ShardedDataset):
         self._errors = torch.zeros(MAX_WORKERS, dtype=torch.int64).share_memory_()
         self._readers = self._new_readers()
         self._mixes: dict[int, EpochMix] = {}
+        self._origin: tuple[int, tuple[int, ...]] | None = None  # (epoch, cursors) of a changed mix
         self.mix(0)  # checks the weights now, not in a worker
 
     def _new_readers(self) -> ShardReaders:
@@ -108,8 +111,40 @@ class Mixture(ShardedDataset):
         return self._mixes[epoch]
 
     def cursors(self, epoch: int) -> tuple[int, ...]:
-        """Each source's global cursor at the start of ``epoch``: its samples in all earlier epochs."""
-        return first_cursors([self.mix(e) for e in range(epoch)], len(self.names))
+        """Each source's global cursor at the start of ``epoch``: its samples in all earlier epochs (since
+        the epoch a changed mix continued from, see :meth:`continue_passes`)."""
+        if self._origin is None:
+            return first_cursors([self.mix(e) for e in range(epoch)], len(self.names))
+        first, start = self._origin
+        if epoch < first:
+            raise ValueError(
+                f"epoch {epoch} is before epoch {first}, where this mixture continues a saved run"
+            )
+        later = first_cursors([self.mix(e) for e in range(first, epoch)], len(self.names))
+        return tuple(a + b for a, b in zip(start, later, strict=True))
+
+    def continue_passes(self, state: Mapping[str, Any]) -> int:
+        """Change the mix of a saved run: continue each source's pass, with this mixture's weights, from
+        the epoch after the saved one, as if that epoch had been read whole; returns that epoch (pass it
+        to ``set_epoch``). The same sources must be mixed; do not ``load_state_dict`` the old state."""
+        expected = self.identity()
+        for name in ("names", "manifest", "split"):
+            if state.get(name) != expected[name]:
+                raise ValueError(
+                    f"cannot continue: found {name}={state.get(name)!r} in the saved state, expected "
+                    f"{expected[name]!r} (this mixture's); continue a run of the same sources"
+                )
+        try:
+            epoch = int(state["epoch"])
+            start = [
+                state["sources"][n]["pass"] * size + state["sources"][n]["position"]
+                for n, size in zip(self.names, self.sizes, strict=True)
+            ]
+            drawn = [sum(stage[1 + s] for stage in state["mix"]) for s in range(len(self.names))]
+        except (KeyError, TypeError, IndexError) as exc:
+            raise ValueError(f"cannot continue: the saved state holds no mixture position ({exc!r})") from exc
+        self._origin = (epoch + 1, tuple(a + b for a, b in zip(start, drawn, strict=True)))
+        return epoch + 1
 
     def epoch_size(self, epoch: int) -> int:
         return self.mix(epoch).num_samples
@@ -149,7 +184,9 @@ class Mixture(ShardedDataset):
     def state_extras(self, epoch: int) -> dict[str, Any]:
         """The epoch's composition, and where each source's pass stood when the epoch began."""
         cursors = self.cursors(epoch)
+        origin = {} if self._origin is None else {"origin": [self._origin[0], list(self._origin[1])]}
         return {
+            **origin,
             "mix": self.mix(epoch).to_json(),
             "sources": {
                 name: source_position(cursor, size)
@@ -160,6 +197,9 @@ class Mixture(ShardedDataset):
     def check_state(self, state: Mapping[str, Any]) -> None:
         """Refuse a state whose epoch this mixture would compose otherwise (other weights or sizes)."""
         epoch = int(state["epoch"])
+        if "origin" in state:  # a run that changed its mix: its passes continue from there
+            first, start = state["origin"]
+            self._origin = (int(first), tuple(int(c) for c in start))
         expected = self.state_extras(epoch)
         for name in ("mix", "sources"):
             if name in state and state[name] != expected[name]:
@@ -184,9 +224,26 @@ class Mixture(ShardedDataset):
         config = self.plan_config(num_workers)
         runs = self._runs(epoch, history)
         windows = plan_windows(runs, config, epoch=epoch, rank=self.rank, worker_index=role)
+        self._plan_remote(windows, epoch)
         per_rank = samples_per_rank(num_samples(runs), self.world_size, config.remainder)
         skip = consumed_count(config, per_rank, role, resumed_batches)
         return self._hand_out(self._read(windows, skip, epoch, worker_index), epoch, worker_index)
+
+    def _plan_remote(self, windows: Sequence[Window], epoch: int) -> None:
+        """Tell each remote source's cache the shards this worker reads, in order, so it prefetches: the
+        worker's real samples of a source are one stretch of its cursor (pads re-read a few)."""
+        cursors = self.cursors(epoch)
+        for source, d in enumerate(self.datasets):
+            rows = [run for w in windows for run in w.runs if run.shard_index == source and not run.is_pad]
+            if not d.source.remote or not rows:
+                continue
+            begin = cursors[source] + min(run.start for run in rows)
+            end = cursors[source] + max(run.stop for run in rows)
+            found = cursor_runs(
+                d.shard_sizes, d.options.block_size, d.options.shuffle, self.options.seed, source, begin, end
+            )
+            order = found[:, 0].tolist()
+            d.source.plan([d.shards[i] for k, i in enumerate(order) if k == 0 or order[k - 1] != i])
 
     def _read(self, windows: Sequence[Window], skip: int, epoch: int, worker_index: int) -> Iterator[Columns]:
         count_errors = partial(self._count_errors, worker_index)
@@ -207,16 +264,16 @@ class Mixture(ShardedDataset):
                 skip -= size
                 continue
             grouped = self._read_window(window, cursors, readers)
-            yield grouped.take(_read_order(window.runs)[window.permutation()[skip:]].tolist())
+            yield grouped.take(read_order(window.runs)[window.permutation()[skip:]].tolist())
             skip = 0
 
     def _read_window(
         self, window: Window, cursors: Sequence[int], readers: Sequence[WindowReader]
     ) -> Columns:
         """The window's samples grouped by source (each source read in one call), in the order
-        :func:`_read_order` undoes."""
+        :func:`~loaders.reading.mixed.read_order` undoes."""
         pieces = []
-        for source, rows in _by_source(window.runs).items():
+        for source, rows in by_source(window.runs).items():
             d = self.datasets[source]
             real: list[Run] = []
             for _, j0, j1, is_pad in rows:
@@ -238,87 +295,6 @@ class Mixture(ShardedDataset):
             columns.sources = [source] * len(columns)
             pieces.append(columns)
         return Columns.concat(self.fields, pieces)
-
-
-def _read_order(runs: Sequence[Run]) -> np.ndarray:
-    """``(n,)`` for each sample of the window in read order, its index in the by-source grouping that
-    ``_read_window`` reads (sources in order of first appearance, each source's rows in order)."""
-    firsts = list(dict.fromkeys(run.shard_index for run in runs))
-    totals = dict.fromkeys(firsts, 0)
-    for run in runs:
-        totals[run.shard_index] += run.stop - run.start
-    base, offset = {}, 0
-    for source in firsts:
-        base[source], offset = offset, offset + totals[source]
-    pieces = [np.zeros(0, dtype=np.int64)]
-    for run in runs:
-        start = base[run.shard_index]
-        pieces.append(np.arange(start, start + run.stop - run.start))
-        base[run.shard_index] += run.stop - run.start
-    return np.concatenate(pieces)
-
-
-def _by_source(runs: Sequence[Run]) -> dict[int, list[Run]]:
-    """The window's virtual rows grouped by source in order, each group's contiguous rows joined."""
-    groups: dict[int, list[Run]] = {}
-    for run in runs:
-        rows = groups.setdefault(run.shard_index, [])
-        if rows and rows[-1].stop == run.start and rows[-1].is_pad == run.is_pad:
-            rows[-1] = rows[-1]._replace(stop=run.stop)
-        else:
-            rows.append(run)
-    return groups
-
-
-def _checked_sources(sources: Mapping[str, ShardedDataset]) -> tuple[ShardedDataset, ...]:
-    """The sources in order, refused where they cannot be read as one stream (naming the culprit)."""
-    if not isinstance(sources, Mapping) or not sources:
-        raise ValueError("a Mixture needs a non-empty mapping of source name -> ShardedDataset")
-    datasets = []
-    for name, dataset in sources.items():
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"source names must be non-empty strings, got {name!r}")
-        if not isinstance(dataset, ShardedDataset) or isinstance(dataset, Mixture):
-            raise TypeError(f"source {name!r} must be a ShardedDataset, got {type(dataset).__name__}")
-        if sum(dataset.shard_sizes) == 0:
-            raise ValueError(
-                f"source {name!r} ({dataset.root}, split {dataset.options.split!r}) has no samples; "
-                "leave it out or give it a split that holds samples"
-            )
-        datasets.append(dataset)
-    first_name, first = next(iter(sources.items()))
-    for name, dataset in sources.items():
-        mine, theirs = set(dataset.manifest.fields), set(first.manifest.fields)
-        if mine != theirs:
-            raise ValueError(
-                f"sources {first_name!r} and {name!r} cannot form one batch: fields only in {first_name!r}: "
-                f"{sorted(theirs - mine)}, only in {name!r}: {sorted(mine - theirs)}; give every source the "
-                "same fields (repack, or mix datasets that share them)"
-            )
-        differ = sorted(
-            f
-            for f in set(dataset.decoders) | set(first.decoders)
-            if dataset.decoders.get(f) != first.decoders.get(f)
-        )
-        if differ:
-            raise ValueError(
-                f"sources {first_name!r} and {name!r} decode fields {differ} differently; give every source "
-                "the same decode="
-            )
-        for option in ("shuffle", "remainder"):
-            if getattr(dataset.options, option) != getattr(first.options, option):
-                raise ValueError(
-                    f"source {name!r} has {option}={getattr(dataset.options, option)!r} but {first_name!r} "
-                    f"has {getattr(first.options, option)!r}; a mixture reads all its sources one way"
-                )
-        if dataset.transform is not first.transform:
-            raise ValueError(f"sources {first_name!r} and {name!r} have different transforms; give them one")
-        if (dataset.rank, dataset.world_size) != (first.rank, first.world_size):
-            raise ValueError(
-                f"source {name!r} is on rank {dataset.rank} of {dataset.world_size}, {first_name!r} on "
-                f"rank {first.rank} of {first.world_size}"
-            )
-    return tuple(datasets)
 
 
 @lru_cache(maxsize=8)

@@ -135,3 +135,25 @@ def test_sources_that_cannot_mix_are_refused(paths: dict[str, Path], tmp_path: P
         mixture(paths, weights={"a": 1.0, "b": 1.0, "z": 1.0})
     with pytest.raises(ValueError, match="samples_per_epoch"):
         mixture(paths, samples_per_epoch=0)
+
+
+def test_changing_the_mix_continues_each_sources_pass(paths: dict[str, Path]) -> None:
+    loader = make_loader(mixture(paths), batch_size=BATCH, num_workers=0)
+    loader.set_epoch(1)
+    batches = iter(loader)
+    next(batches)
+    state = loader.state_dict()  # epoch 1 began with a at 28, b at 12 (one pass and 1)
+    del batches
+    changed = mixture(paths, weights={"a": 0.25, "b": 0.75})
+    assert changed.continue_passes(state) == 2
+    assert changed.state_extras(2)["sources"] == {  # epoch 1 counted whole: a 56 = 2 x 23 + 10, b 24
+        "a": {"pass": 2, "position": 10},
+        "b": {"pass": 2, "position": 2},
+    }
+    resumed = make_loader(changed, batch_size=BATCH, num_workers=0)
+    resumed.set_epoch(2)
+    assert Counter(s for s, _, pad in samples(resumed) if not pad) == {0: 10, 1: 30}
+    saved = resumed.state_dict()
+    again = make_loader(mixture(paths, weights={"a": 0.25, "b": 0.75}), batch_size=BATCH, num_workers=0)
+    again.load_state_dict(saved)  # the changed run's own state carries where its passes continue from
+    assert again.sharded.state_extras(2) == changed.state_extras(2)
