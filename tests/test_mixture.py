@@ -157,3 +157,58 @@ def test_changing_the_mix_continues_each_sources_pass(paths: dict[str, Path]) ->
     again = make_loader(mixture(paths, weights={"a": 0.25, "b": 0.75}), batch_size=BATCH, num_workers=0)
     again.load_state_dict(saved)  # the changed run's own state carries where its passes continue from
     assert again.sharded.state_extras(2) == changed.state_extras(2)
+
+
+def test_a_remote_source_mixes_with_a_local_one(
+    paths: dict[str, Path], http_dir: tuple[Path, str], tmp_path: Path
+) -> None:
+    import shutil
+
+    from loaders import RemoteOptions
+
+    folder, url = http_dir
+    shutil.copytree(paths["b"], folder, dirs_exist_ok=True)
+    remote = ShardedDataset(url, remote=RemoteOptions(cache_dir=tmp_path / "cache"))
+    mixed = Mixture(
+        {"a": ShardedDataset(paths["a"]), "b": remote}, {"a": 0.7, "b": 0.3}, samples_per_epoch=40, seed=4
+    )
+    loader = make_loader(mixed, batch_size=BATCH, num_workers=2, persistent_workers=False)
+    local = make_loader(mixture(paths), batch_size=BATCH, num_workers=2, persistent_workers=False)
+    assert samples(loader) == samples(local)
+
+
+def test_decoded_fields_and_the_source_column(paths: dict[str, Path]) -> None:
+    import torch
+
+    sources = {name: ShardedDataset(path, decode={"cls": "cls"}) for name, path in paths.items()}
+    loader = make_loader(Mixture(sources, {"a": 1, "b": 3}), batch_size=BATCH, num_workers=0)
+    (batch,) = list(loader)
+    assert batch["cls"].dtype == torch.int64 and batch["cls"].shape == (4,)
+    assert sorted(batch["__source__"].tolist()) == [0, 1, 1, 1]
+
+
+def test_monitor_and_metrics_count_per_source(paths: dict[str, Path]) -> None:
+    import torch
+
+    from loaders import DistributedMetrics, InputMonitor
+
+    loader = make_loader(mixture(paths), batch_size=BATCH, num_workers=0)
+    monitor = InputMonitor(loader)
+    metrics = DistributedMetrics(num_classes=2, num_sources=2)
+    for batch in monitor:
+        source = batch["__source__"]
+        losses = source.to(torch.float64)
+        metrics.update(torch.ones_like(source), source, loss=losses, pad_mask=batch["__pad__"], source=source)
+    assert monitor.last is not None and monitor.last.source_counts == (28, 12)
+    assert "per source a 28 (pass 1 at 5), b 12 (pass 1 at 1)" in monitor.summary_line()
+    result = metrics.compute()
+    assert result["per_source"] == [
+        {"accuracy": 0.0, "loss": 0.0, "samples": 28},
+        {"accuracy": 1.0, "loss": 1.0, "samples": 12},
+    ]
+    with pytest.raises(ValueError, match="num_sources"):
+        DistributedMetrics(num_classes=2).update(
+            torch.zeros(2, dtype=torch.int64),
+            torch.zeros(2, dtype=torch.int64),
+            source=torch.zeros(2, dtype=torch.int64),
+        )

@@ -41,7 +41,8 @@ def deviations(mix: EpochMix, schedule: np.ndarray) -> np.ndarray:
     counts, total = np.asarray(mix.counts), mix.num_samples
     prefix = np.cumsum(np.eye(len(counts), dtype=np.int64)[schedule], axis=0)
     prefix = np.vstack([np.zeros(len(counts), dtype=np.int64), prefix])
-    return prefix - np.arange(total + 1)[:, None] * counts[None, :] / total
+    shares: np.ndarray = np.arange(total + 1)[:, None] * counts[None, :] / total
+    return np.asarray(prefix - shares, dtype=np.float64)
 
 
 @FAST
@@ -261,3 +262,24 @@ def test_resume_at_a_random_point_onto_another_world(
     assert all(n == 1 for n in seen.values())
     if remainder == "pad":
         assert len(seen) == total  # every sample of the epoch exactly once
+
+
+@FAST
+@given(mixtures(), st.integers(1, 8), st.integers(0, 3), st.integers(2, 6), st.sampled_from(["pad", "drop"]))
+def test_per_batch_every_full_batch_of_every_rank_holds_its_share(
+    mixture: tuple[list[float], list[int], int], world: int, workers: int, batch: int, remainder: str
+) -> None:
+    weights, _, total = mixture
+    runs = epoch_sequence(mix_of(weights, total), 3, 0)
+    config = mixture_config(world, workers, remainder, batch, per_batch=True)
+    yields = all_yields(runs, config, 0)
+    for rank in range(world):
+        parts = [yields[rank, w] for w in range(config.num_readers)]
+        cut = [[p[i : i + batch] for i in range(0, len(p), batch)] for p in parts]
+        in_order = [cut[j % config.num_readers][j // config.num_readers] for j in range(sum(map(len, cut)))]
+        share = Counter(s for b in in_order for s, _, _ in b)
+        length = sum(share.values())
+        for b in in_order:
+            if len(b) == batch:
+                got = Counter(s for s, _, _ in b)
+                assert all(abs(got[s] - batch * n / length) < 1 for s, n in share.items())
