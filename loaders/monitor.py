@@ -6,6 +6,10 @@ time parts of the step (``with monitor.phase("copy"): ...``, or ``monitor.add("c
 CUDA-event timings); whatever is not marked is still in the step time. The first ``warmup_steps`` steps of
 every epoch are excluded from the epoch's numbers (the first one's wait is kept as first-batch latency).
 
+Over a ``Mixture``'s loader it also counts each source's real samples per epoch (the batches'
+``__source__``, pads left out; ``EpochStats.source_counts``), and the line adds them with each source's
+pass and position after the epoch.
+
 ``summary_line()`` gathers each rank's numbers (one all_gather of a small float tensor when
 torch.distributed is initialized, so every rank must call it) and returns one line naming the slowest rank.
 

@@ -212,3 +212,22 @@ def test_monitor_and_metrics_count_per_source(paths: dict[str, Path]) -> None:
             torch.zeros(2, dtype=torch.int64),
             source=torch.zeros(2, dtype=torch.int64),
         )
+
+
+def test_weights_change_by_epoch_and_within_an_epoch(paths: dict[str, Path]) -> None:
+    from loaders.planning import Stages
+
+    by_epoch = mixture(paths, weights=[{"a": 0.5, "b": 0.5}, {"a": 0.25, "b": 0.75}])
+    assert [by_epoch.mix(e).counts for e in range(3)] == [(20, 20), (10, 30), (10, 30)]
+    by_function = mixture(paths, weights=lambda epoch: {"a": 1, "b": epoch + 1}, samples_per_epoch=None)
+    assert [by_function.mix(e).counts for e in range(2)] == [(1, 1), (1, 2)]  # counts: N = their sum
+    staged = mixture(paths, weights=Stages(((0, {"a": 1.0, "b": 0.0}), (30, {"a": 0.0, "b": 1.0}))))
+    loader = make_loader(staged, batch_size=BATCH, num_workers=0)
+    assert Counter(s for s, _, pad in samples(loader) if not pad) == {0: 30, 1: 10}
+
+
+def test_an_empty_source_is_refused(paths: dict[str, Path]) -> None:
+    empty = ShardedDataset(paths["b"])
+    empty.shard_sizes = [0] * len(empty.shard_sizes)  # a split with no samples, as the check sees it
+    with pytest.raises(ValueError, match=r"source 'b' .* has no samples"):
+        Mixture({"a": ShardedDataset(paths["a"]), "b": empty}, {"a": 1.0, "b": 1.0})
