@@ -231,3 +231,15 @@ def test_an_empty_source_is_refused(paths: dict[str, Path]) -> None:
     empty.shard_sizes = [0] * len(empty.shard_sizes)  # a split with no samples, as the check sees it
     with pytest.raises(ValueError, match=r"source 'b' .* has no samples"):
         Mixture({"a": ShardedDataset(paths["a"]), "b": empty}, {"a": 1.0, "b": 1.0})
+
+
+def test_unshuffled_sources_are_read_in_stored_order(paths: dict[str, Path]) -> None:
+    from loaders.planning import epoch_schedule
+
+    sources = {name: ShardedDataset(path, shuffle=False) for name, path in paths.items()}
+    mix = Mixture(sources, {"a": 0.7, "b": 0.3}, samples_per_epoch=40)
+    got = samples(make_loader(mix, batch_size=BATCH, num_workers=0))
+    assert [s for s, _, _ in got] == epoch_schedule(mix.mix(0), 0, 0).tolist()  # the schedule, unpermuted
+    a_keys = [key for s, key, _ in got if s == 0]
+    everything = sorted(s["__key__"] for s in ShardedDataset(paths["a"], shuffle=False))
+    assert a_keys == everything + everything[:5]  # 28 draws: one pass in stored order, then the next begins
