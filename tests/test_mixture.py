@@ -243,3 +243,10 @@ def test_unshuffled_sources_are_read_in_stored_order(paths: dict[str, Path]) -> 
     a_keys = [key for s, key, _ in got if s == 0]
     everything = sorted(s["__key__"] for s in ShardedDataset(paths["a"], shuffle=False))
     assert a_keys == everything + everything[:5]  # 28 draws: one pass in stored order, then the next begins
+
+
+def test_continuing_another_runs_passes_is_refused(paths: dict[str, Path]) -> None:
+    state = make_loader(mixture(paths), batch_size=BATCH, num_workers=0).state_dict()
+    only_a = Mixture({"a": ShardedDataset(paths["a"])}, {"a": 1.0})
+    with pytest.raises(ValueError, match=r"cannot continue: found names=\['a', 'b'\]"):
+        only_a.continue_passes(state)
