@@ -97,7 +97,8 @@ class Mixture(ShardedDataset):
         self._readers = self._new_readers()
         self._mixes: dict[int, EpochMix] = {}
         self._origin: tuple[int, tuple[int, ...]] | None = None  # (epoch, cursors) of a changed mix
-        self.mix(0)  # checks the weights now, not in a worker
+        for epoch in range(len(weights) if isinstance(weights, Sequence) else 1):
+            self.mix(epoch)  # checks every listed epoch's weights now, not in a worker
 
     def _new_readers(self) -> ShardReaders:
         return self.datasets[0]._readers  # each source reads through its own; this one is never used

@@ -250,3 +250,8 @@ def test_continuing_another_runs_passes_is_refused(paths: dict[str, Path]) -> No
     only_a = Mixture({"a": ShardedDataset(paths["a"])}, {"a": 1.0})
     with pytest.raises(ValueError, match=r"cannot continue: found names=\['a', 'b'\]"):
         only_a.continue_passes(state)
+
+
+def test_every_listed_epochs_weights_are_checked_at_once(paths: dict[str, Path]) -> None:
+    with pytest.raises(ValueError, match="weight of 'b' must be finite"):
+        mixture(paths, weights=[{"a": 1.0, "b": 1.0}, {"a": 1.0, "b": float("nan")}])
