@@ -1,10 +1,10 @@
 """Runtime loaders for datasets packed by ``shardpipe pack``: what a DDP training script imports.
 
-``__all__`` is the dataset, the loader, remote reading, the image crops, the sync tools and their errors,
-exact metrics and the input monitor. The rest has its own public home: :mod:`loaders.planning` (the pure
-planner), :mod:`loaders.decoding` (decoders of your own), :mod:`loaders.batches` (what a batch is made
-of), :mod:`loaders.monitor` (``EpochStats``). Their old names here still import, with a
-``DeprecationWarning`` naming the new place, for one release.
+``__all__`` is the dataset, the mixture of datasets, the loader, remote reading, the image crops, the
+sync tools and their errors, exact metrics and the input monitor. The rest has its own public home:
+:mod:`loaders.planning` (the pure planner), :mod:`loaders.decoding` (decoders of your own),
+:mod:`loaders.batches` (what a batch is made of), :mod:`loaders.monitor` (``EpochStats``). Their old
+names here still import, with a ``DeprecationWarning`` naming the new place, for one release.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from loaders.distributed.sync import (
     validate_dataloader_sync,
 )
 from loaders.loader import ShardedLoader, make_loader
+from loaders.mixture import Mixture
 from loaders.monitor import InputMonitor
 from loaders.reading.images import CenterCrop, RandomResizedCrop
 from loaders.reading.source import RemoteOptions
@@ -31,6 +32,7 @@ __all__ = [
     "CenterCrop",
     "DistributedMetrics",
     "InputMonitor",
+    "Mixture",
     "RandomResizedCrop",
     "RankTimeoutError",
     "RemoteOptions",

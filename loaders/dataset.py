@@ -200,16 +200,28 @@ class ShardedDataset(IterableDataset[Sample]):
 
     def __len__(self) -> int:
         """Samples this rank yields in a full epoch (the same on every rank)."""
-        return samples_per_rank(sum(self.shard_sizes), self.world_size, self.options.remainder)
+        return samples_per_rank(self.epoch_size(self.epoch), self.world_size, self.options.remainder)
+
+    def epoch_size(self, epoch: int) -> int:
+        """Samples in a full ``epoch``'s sequence over all ranks, pads and drops aside."""
+        return sum(self.shard_sizes)
 
     def num_batches(self, batch_size: int, num_workers: int) -> int:
         """Batches every rank's DataLoader yields in the next pass (a resumed pass counts those already
         consumed): the same on every rank."""
         history, _ = self.position.resume_point()
-        total = num_samples(self._runs(self.epoch, history)) if history else sum(self.shard_sizes)
+        total = num_samples(self._runs(self.epoch, history)) if history else self.epoch_size(self.epoch)
         per_rank = samples_per_rank(total, self.world_size, self.options.remainder)
         counts = worker_sample_counts(per_rank, num_workers, self.options.batch_size)
         return sum(-(-n // batch_size) for n in counts)
+
+    def state_extras(self, epoch: int) -> dict[str, Any]:
+        """Informative entries a saved state carries besides the position (none for one dataset)."""
+        return {}
+
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """Refuse a saved state this dataset cannot continue beyond what ``identity`` covers (a mixture's
+        weights); one dataset has nothing more to check."""
 
     def identity(self) -> dict[str, Any]:
         """What a resume state must match: the data and what seeds its order."""
@@ -263,10 +275,16 @@ class ShardedDataset(IterableDataset[Sample]):
             on_error=self.options.on_error,
             count_errors=count_errors,
         )
-        columns = reader.read(windows, skip)
+        return self._hand_out(reader.read(windows, skip), epoch, worker_index)
+
+    def _hand_out(self, columns: Iterator[Columns], epoch: int, worker_index: int) -> Iterator[Any]:
+        """Windows' columns in yield order -> what iterating yields: batches (or chunks of them) on the
+        batch path, decoded and transformed samples on the per-sample path."""
         context = DecodeContext(self.options.seed, epoch, skip=self.options.on_error == "skip")
         if self.batched:
             per_chunk = self.options.chunk_batches
+            shard_paths = [shard.path for shard in self.shards]
+            count_errors = partial(self._count_errors, worker_index)
             decoding = Decoding(self.decoders, context, shard_paths, count_errors)
             cut = batches(columns, self.options.batch_size * per_chunk, decoding if self.decoders else None)
             return cut if per_chunk == 1 else chunks(cut, worker_index)

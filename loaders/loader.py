@@ -141,7 +141,9 @@ class ShardedLoader(DataLoader[Any]):
         else:
             history, batches = self._history, self._batches
         current = Segment(self.sharded.plan_config(self.num_workers), batches)
-        return encode_state(self.sharded.identity(), self.sharded.epoch, [*history, current])
+        epoch = self.sharded.epoch
+        state = encode_state(self.sharded.identity(), epoch, [*history, current])
+        return {**state, **self.sharded.state_extras(epoch)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at ``state``: the next pass continues the saved epoch after what it consumed.
@@ -151,6 +153,7 @@ class ShardedLoader(DataLoader[Any]):
         """
         config = self.sharded.plan_config(self.num_workers)
         epoch, history, batches = decode_state(state, self.sharded.identity(), config)
+        self.sharded.check_state(state)
         self.sharded.position.set_resume_point(epoch, history, batches)
         self._pass_sets = None
 

@@ -6,6 +6,10 @@ time parts of the step (``with monitor.phase("copy"): ...``, or ``monitor.add("c
 CUDA-event timings); whatever is not marked is still in the step time. The first ``warmup_steps`` steps of
 every epoch are excluded from the epoch's numbers (the first one's wait is kept as first-batch latency).
 
+Over a ``Mixture``'s loader it also counts each source's real samples per epoch (the batches'
+``__source__``, pads left out; ``EpochStats.source_counts``), and the line adds them with each source's
+pass and position after the epoch.
+
 ``summary_line()`` gathers each rank's numbers (one all_gather of a small float tensor when
 torch.distributed is initialized, so every rank must call it) and returns one line naming the slowest rank.
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -40,6 +44,7 @@ class Step:
     num_bytes: int
     step_s: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
+    sources: list[int] = field(default_factory=list)  # a mixture's real samples per source
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +60,7 @@ class EpochStats:
     wall_s: float
     first_batch_s: float
     peak_gpu: float  # bytes, torch.cuda.max_memory_allocated; 0 without CUDA
+    source_counts: tuple[int, ...] = ()  # a mixture's real (not pad) samples per source, in its names' order
 
     @property
     def wait_fraction(self) -> float:
@@ -66,7 +72,7 @@ class EpochStats:
 
 
 # The floats gathered over ranks, in this order; EpochStats is rebuilt from them on every rank.
-_GATHERED = tuple(f.name for f in fields(EpochStats))
+_GATHERED = tuple(f.name for f in fields(EpochStats) if f.name != "source_counts")
 
 
 def count_samples(batch: Any) -> int:
@@ -104,6 +110,9 @@ class InputMonitor(Generic[T]):
         self.epoch = -1
         self.last: EpochStats | None = None
         self._step_start: float | None = None
+        mixture = getattr(batches, "sharded", None)  # a ShardedLoader over a Mixture: count per source
+        self.source_names: tuple[str, ...] = tuple(getattr(mixture, "names", ()))
+        self._mixture = mixture if self.source_names else None
 
     def __iter__(self) -> Generator[T, None, None]:
         self.epoch += 1
@@ -123,11 +132,21 @@ class InputMonitor(Generic[T]):
                     return
                 waited = self._clock() - start
                 num_bytes = self._count_bytes(batch) if self._count_bytes else 0
-                self.steps.append(Step(waited, self._count(batch), num_bytes))
+                self.steps.append(Step(waited, self._count(batch), num_bytes, sources=self._sources(batch)))
                 self._step_start = start
                 yield batch
         finally:  # also on break / close(): the open step ends now
             self.end_epoch()
+
+    def _sources(self, batch: Any) -> list[int]:
+        """Real samples per source of a mixture's batch (its ``__source__`` column, pads left out)."""
+        if not self.source_names or not isinstance(batch, dict) or "__source__" not in batch:
+            return []
+        source = torch.as_tensor(batch["__source__"]).reshape(-1)
+        pads = batch.get("__pad__")
+        if isinstance(pads, torch.Tensor):
+            source = source[~pads.reshape(-1).to(torch.bool)]
+        return torch.bincount(source, minlength=len(self.source_names)).tolist()
 
     def _close_step(self, now: float) -> None:
         if self._step_start is not None and self.steps:
@@ -171,7 +190,16 @@ class InputMonitor(Generic[T]):
             wall_s=step_s,  # measured steps are back to back: the window's wall time is their sum
             first_batch_s=self.steps[0].wait_s if self.steps else 0.0,
             peak_gpu=peak,
+            source_counts=self._source_counts(),
         )
+
+    def _source_counts(self) -> tuple[int, ...]:
+        """Per-source real samples over the whole epoch (warm-up steps included: composition, not speed)."""
+        totals = [0] * len(self.source_names)
+        for step in self.steps:
+            for i, n in enumerate(step.sources):
+                totals[i] += n
+        return tuple(totals)
 
     def phase_totals(self) -> dict[str, float]:
         """Seconds per marked phase over the measured (post-warm-up) steps of the current epoch."""
@@ -190,13 +218,26 @@ class InputMonitor(Generic[T]):
             return [mine]
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
         local = torch.tensor([float(getattr(mine, n)) for n in _GATHERED], dtype=torch.float64, device=device)
+        local = torch.cat([local, torch.tensor(mine.source_counts, dtype=torch.float64, device=device)])
         parts = [torch.empty_like(local) for _ in range(dist.get_world_size())]
         dist.all_gather(parts, local)
-        return [_from_row(p.cpu().tolist()) for p in parts]
+        width = len(_GATHERED)
+        return [
+            replace(
+                _from_row(p.cpu().tolist()[:width]), source_counts=tuple(int(v) for v in p[width:].tolist())
+            )
+            for p in parts
+        ]
 
     def summary_line(self) -> str:
         """One line for the epoch over all ranks: throughput, wait fraction, verdict, slowest rank."""
-        return format_line(self.epoch, self.gather(), self.threshold)
+        ranks = self.gather()
+        line = format_line(self.epoch, ranks, self.threshold)
+        if self._mixture is not None:
+            totals = [sum(column) for column in zip(*(s.source_counts for s in ranks), strict=True)]
+            after = self._mixture.state_extras(self._mixture.epoch + 1)["sources"]
+            line += "; " + source_line(self.source_names, totals, after)
+        return line
 
 
 def _from_row(row: list[float]) -> EpochStats:
@@ -225,3 +266,13 @@ def format_line(epoch: int, ranks: list[EpochStats], threshold: float) -> str:
         f"wait {slowest.wait_fraction:.0%})"
     )
     return line
+
+
+def source_line(names: tuple[str, ...], totals: list[int], after: dict[str, dict[str, int]]) -> str:
+    """A mixture's part of the line: real samples per source over all ranks, and each source's pass and
+    position once the epoch is complete."""
+    parts = [
+        f"{name} {total:,} (pass {after[name]['pass']} at {after[name]['position']:,})"
+        for name, total in zip(names, totals, strict=True)
+    ]
+    return "per source " + ", ".join(parts)

@@ -6,7 +6,8 @@ sums travel in ONE float64 vector through one `all_reduce(SUM)`, and every rank 
 so every rank reports the same numbers, equal to a single process computing over the union of samples
 (float64 holds counts exactly up to 2**53).
 
-Padded samples (the loader's `__pad__` flag, passed as `pad_mask`) are left out of everything.
+Padded samples (the loader's `__pad__` flag, passed as `pad_mask`) are left out of everything. A mixture's
+`__source__` column (passed as `source`) adds accuracy, loss and samples per source, in the same vector.
 
 Macro F1 is the mean over classes of 2TP / (2TP + FP + FN), taken over the classes that occur in the
 targets or the predictions; a class with neither has an undefined F1 and is left out rather than counted as
@@ -29,10 +30,15 @@ class DistributedMetrics:
     `compute()` is a collective when a process group is initialized: call it on every rank of `group`.
     """
 
-    def __init__(self, num_classes: int, group: Any = None):
+    def __init__(self, num_classes: int, group: Any = None, *, num_sources: int = 0):
+        """``num_sources`` > 0 also keeps accuracy and loss per source of a mixture (``update(...,
+        source=batch["__source__"])``), reduced in the same all-reduce."""
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
             raise ValueError(f"num_classes must be an integer >= 1, got {num_classes!r}")
+        if isinstance(num_sources, bool) or not isinstance(num_sources, int) or num_sources < 0:
+            raise ValueError(f"num_sources must be an integer >= 0, got {num_sources!r}")
         self.num_classes = num_classes
+        self.num_sources = num_sources
         self.group = group
         self.reset()
 
@@ -45,6 +51,8 @@ class DistributedMetrics:
         self._num_samples = 0
         self._loss_sum = 0.0  # python float is float64
         self._num_loss_samples = 0
+        # Per source: [correct, samples, loss_sum, loss_samples] as float64 rows (exact counts up to 2**53).
+        self._per_source = torch.zeros((self.num_sources, 4), dtype=torch.float64)
 
     def update(
         self,
@@ -52,16 +60,20 @@ class DistributedMetrics:
         targets: torch.Tensor,
         loss: torch.Tensor | float | None = None,
         pad_mask: torch.Tensor | None = None,
+        source: torch.Tensor | None = None,
     ) -> None:
         """Add one batch.
 
         `logits_or_preds`: (B, C) scores (argmax taken) or (B,) class indices. `loss`: per-sample losses (B,)
         (`reduction="none"`), or the batch's mean loss, which is weighted by the number of samples and is
         refused when the batch has pads (a mean cannot leave them out). `pad_mask`: (B,) bool, True = pad.
+        `source`: (B,) each sample's source index (a mixture's `__source__`), with `num_sources` > 0.
         """
         targets = targets.detach().reshape(-1).to("cpu", torch.int64)
         preds = self._to_preds(logits_or_preds, targets.numel())
         keep = self._keep_mask(pad_mask, targets.numel())
+        if source is not None:
+            self._add_sources(source, preds == targets, keep, loss)
         targets, preds = targets[keep], preds[keep]
         for name, values in (("targets", targets), ("predictions", preds)):
             if values.numel() and (int(values.min()) < 0 or int(values.max()) >= self.num_classes):
@@ -122,7 +134,30 @@ class DistributedMetrics:
                 "pass one loss per sample, or the batch's mean"
             )
 
-    def compute(self) -> dict[str, float | int | None]:
+    def _add_sources(
+        self,
+        source: torch.Tensor,
+        correct: torch.Tensor,
+        keep: torch.Tensor,
+        loss: torch.Tensor | float | None,
+    ) -> None:
+        n = self.num_sources
+        index = source.detach().reshape(-1).to("cpu", torch.int64)
+        if index.numel() != keep.numel():
+            raise ValueError(f"source has {index.numel()} entries for {keep.numel()} targets")
+        if n == 0 or (index.numel() and (int(index.min()) < 0 or int(index.max()) >= n)):
+            raise ValueError(f"source indices must be in 0..{n - 1} (num_sources={n}); pass num_sources=")
+        index = index[keep]
+        rows = torch.zeros((n, 4), dtype=torch.float64)
+        rows[:, 0] = torch.bincount(index[correct[keep]], minlength=n).to(torch.float64)
+        rows[:, 1] = torch.bincount(index, minlength=n).to(torch.float64)
+        if isinstance(loss, torch.Tensor) and loss.dim() > 0 and loss.numel() == keep.numel():
+            values = loss.detach().to("cpu", torch.float64).reshape(-1)[keep]
+            rows[:, 2] = torch.bincount(index, weights=values, minlength=n)
+            rows[:, 3] = rows[:, 1]
+        self._per_source += rows
+
+    def compute(self) -> dict[str, Any]:
         """Global `accuracy`, mean `loss`, `macro_f1` and `samples`; None where nothing defines a value."""
         c = self.num_classes
         # One vector, one all-reduce: [TP(c), predicted(c), support(c), samples, loss_sum, loss_samples].
@@ -134,6 +169,7 @@ class DistributedMetrics:
                 torch.tensor(
                     [self._num_samples, self._loss_sum, self._num_loss_samples], dtype=torch.float64
                 ),
+                self._per_source.reshape(-1),
             ]
         )
         if dist.is_available() and dist.is_initialized():
@@ -142,7 +178,8 @@ class DistributedMetrics:
             dist.all_reduce(reduced, op=dist.ReduceOp.SUM, group=self.group)
             totals = reduced.cpu()
         tp, predicted, support = totals[:c], totals[c : 2 * c], totals[2 * c : 3 * c]
-        num_samples, loss_sum, num_loss_samples = (float(v) for v in totals[3 * c :])
+        num_samples, loss_sum, num_loss_samples = (float(v) for v in totals[3 * c : 3 * c + 3])
+        per_source = totals[3 * c + 3 :].reshape(-1, 4).tolist()
         present = (predicted + support) > 0
         # 2TP / (2TP + FP + FN) and 2TP + FP + FN = predicted + support.
         f1 = 2 * tp[present] / (predicted[present] + support[present])
@@ -151,7 +188,17 @@ class DistributedMetrics:
             "loss": loss_sum / num_loss_samples if num_loss_samples else None,
             "macro_f1": float(f1.mean()) if bool(present.any()) else None,
             "samples": int(num_samples),
+            **({"per_source": [_source_numbers(row) for row in per_source]} if self.num_sources else {}),
         }
+
+
+def _source_numbers(row: list[float]) -> dict[str, float | int | None]:
+    correct, samples, loss_sum, loss_samples = row
+    return {
+        "accuracy": correct / samples if samples else None,
+        "loss": loss_sum / loss_samples if loss_samples else None,
+        "samples": int(samples),
+    }
 
 
 def _reduce_device(group: Any) -> torch.device:

@@ -80,7 +80,12 @@ def remaining_runs(shard_sizes: Sequence[int], history: Sequence[Segment], epoch
     """The epoch's sequence left after the segments of ``history``, in the epoch's order."""
     if not history:
         raise ValueError("history must hold at least one segment")
-    runs = epoch_runs(shard_sizes, history[0].config, epoch)
+    return remaining_of(epoch_runs(shard_sizes, history[0].config, epoch), shard_sizes, history, epoch)
+
+
+def remaining_of(runs: Runs, shard_sizes: Sequence[int], history: Sequence[Segment], epoch: int) -> Runs:
+    """The sequence ``runs`` (each sample of ``shard_sizes`` at most once) left after ``history``: what a
+    mixture, whose sequence is not a shard order, resumes from."""
     offsets = np.concatenate([[0], np.cumsum(np.asarray(shard_sizes, dtype=np.int64))])
     for segment in history:
         runs = _subtract(runs, consumed_runs(runs, segment, epoch), offsets)

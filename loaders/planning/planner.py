@@ -21,6 +21,11 @@ Rules, in order:
    permutation seeded by ``SeedSequence([seed, epoch, rank, worker, window])``. A worker holds one window
    of samples at a time.
 
+A mixture (``loaders.planning.mixture``) plans over its own sequence with ``permute_blocks=False`` (its
+sources' block orders shuffle it already, and a permutation would break each part's proportions) and,
+with ``balance_batches``, reorders each rank's stream so every batch holds each source within one sample
+of the stream's share (``loaders.planning.balance``).
+
 Layout 1 (states saved before layout 2) cut the workers' parts before the blocks and permuted each
 worker's blocks with ``SeedSequence([seed, epoch, rank, worker])``; it is kept so those states resume.
 Seeds never come from time, pid or ``hash()``.
@@ -33,6 +38,8 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 import numpy as np
+
+from loaders.planning.balance import balanced_batches
 
 Remainder = Literal["pad", "drop"]
 Runs = np.ndarray
@@ -71,6 +78,8 @@ class PlanConfig:
     block_size: int = DEFAULT_BLOCK_SIZE  # longest contiguous read the shuffle keeps in one piece
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER  # samples per window: the memory bound per worker
     layout: int = 2
+    permute_blocks: bool = True  # False for a mixture: its sequence is shuffled already (rule 3 skipped)
+    balance_batches: bool = False  # a mixture's per-batch option (``loaders.planning.balance``)
 
     def __post_init__(self) -> None:
         _check_int("world_size", self.world_size, low=1)
@@ -241,7 +250,9 @@ def worker_part(runs: Runs, config: PlanConfig, *, epoch: int, rank: int, worker
     if config.layout == 1:  # the worker's contiguous part first, then its own blocks permuted
         part = slice_rows(share, first, first + counts[worker])
         return _permuted_blocks(part, config, [config.seed, epoch, rank, worker])
-    stream = _permuted_blocks(share, config, [config.seed, epoch, rank])
+    stream = _permuted_blocks(share, config, [config.seed, epoch, rank]) if config.permute_blocks else share
+    if config.balance_batches:
+        stream = balanced_batches(stream, config.batch_size)
     return slice_rows(stream, first, first + counts[worker])
 
 

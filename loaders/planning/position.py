@@ -26,7 +26,6 @@ from loaders.planning.planner import PlanConfig
 
 STATE_VERSION = 2
 HISTORY_BYTES = 1 << 16  # the segments of one epoch as JSON: a few hundred bytes each
-_IDENTITY = ("manifest", "split", "seed", "shuffle")
 _EPOCH, _EPOCH_SETS, _SKIP, _HISTORY_LENGTH = range(4)
 
 
@@ -109,7 +108,7 @@ def decode_state(
             f"cannot resume: found state version {found!r}, expected 1 or {STATE_VERSION}; "
             "pass the dict that loader.state_dict() returned"
         )
-    for name in _IDENTITY:
+    for name in identity:  # manifest, split, seed, shuffle (a mixture adds its own)
         if state.get(name) != identity[name]:
             raise ValueError(
                 f"cannot resume: found {name}={state.get(name)!r} in the saved state, expected "

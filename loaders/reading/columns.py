@@ -37,6 +37,8 @@ class Columns:
     pads: list[bool] = field(default_factory=list)
     shards: list[int] = field(default_factory=list)
     """The shard each sample was read from (its index in the split), for messages; may be empty."""
+    sources: list[int] = field(default_factory=list)
+    """A mixture's source index of each sample (the ``__source__`` column); empty for one dataset."""
 
     def __post_init__(self) -> None:
         for name in self.names:
@@ -53,6 +55,8 @@ class Columns:
         joined.pads = [pad for piece in pieces for pad in piece.pads]
         if all(len(piece.shards) == len(piece) for piece in pieces):
             joined.shards = [shard for piece in pieces for shard in piece.shards]
+        if pieces and all(len(piece.sources) == len(piece) for piece in pieces):
+            joined.sources = [source for piece in pieces for source in piece.sources]
         for name in names:
             joined.fields[name] = bytecolumn.concat([piece.fields[name] for piece in pieces])
         return joined
@@ -61,16 +65,20 @@ class Columns:
         """The samples at ``order``, as new columns."""
         keys, fields = bytecolumn.in_order((self.keys, self.fields), order)
         shards = [self.shards[i] for i in order] if len(self.shards) == len(self) else []
-        return Columns(self.names, keys, fields, [self.pads[i] for i in order], shards)
+        sources = [self.sources[i] for i in order] if self.sources and len(self.sources) == len(self) else []
+        return Columns(self.names, keys, fields, [self.pads[i] for i in order], shards, sources)
 
     def samples(self) -> Iterator[Sample]:
         """One dict per sample, as the per-sample path yields them."""
         names = self.names
         fields = {name: bytecolumn.values(self.fields[name]) for name in names}
+        sources = self.sources if len(self.sources) == len(self) and self.sources else None
         for i, key in enumerate(self.keys):
             sample: Sample = {name: value for name in names if (value := fields[name][i]) is not None}
             sample["__key__"] = key
             sample["__pad__"] = self.pads[i]
+            if sources is not None:
+                sample["__source__"] = sources[i]
             yield sample
 
 
@@ -138,4 +146,6 @@ def to_batch(columns: Columns, start: int, stop: int, decoding: Decoding | None 
         else:
             batch[name] = raw
     batch["__pad__"] = torch.from_numpy(np.array(pads, dtype=bool))
+    if columns.sources and len(columns.sources) == len(columns):
+        batch["__source__"] = torch.tensor(columns.sources[start:stop], dtype=torch.int64)
     return batch

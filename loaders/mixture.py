@@ -1,0 +1,303 @@
+"""``Mixture``: several ``ShardedDataset`` sources read as one, at exact proportions, usable wherever a
+``ShardedDataset`` is (``make_loader``, ``set_epoch``, ``state_dict`` / ``load_state_dict``, the sync
+checks, the monitor).
+
+The epoch's sequence comes from the pure mixture planner (``loaders.planning.mixture``): exact per-source
+counts, a low-discrepancy schedule, and each source's own reshuffled passes continued across epochs. Ranks,
+workers and windows are contiguous cuts of it (``loaders.planning.planner`` with ``permute_blocks=False``),
+so they inherit its proportions; a resumed epoch re-plans what is left (``loaders.planning.elastic``).
+Every sample carries ``__source__``, its source's index in ``names``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from functools import lru_cache, partial
+from typing import Any
+
+import numpy as np
+import torch
+
+from loaders.dataset import MAX_WORKERS, ShardedDataset
+from loaders.distributed.world import get_worker
+from loaders.mixture_sources import checked_sources
+from loaders.planning.elastic import Segment, consumed_count, remaining_of
+from loaders.planning.mixture import cursor_runs, epoch_sequence, first_cursors, source_position
+from loaders.planning.planner import (
+    PlanConfig,
+    Run,
+    Runs,
+    Window,
+    num_samples,
+    plan_windows,
+    samples_per_rank,
+)
+from loaders.planning.position import Position
+from loaders.planning.weights import EpochMix, WeightSchedule, epoch_mix, epoch_weights
+from loaders.reading.columns import Columns
+from loaders.reading.mixed import by_source, read_order
+from loaders.reading.readers import ShardReaders
+from loaders.reading.windows import OnError, WindowReader
+from loaders.transfer.heap import freeze_inherited_objects
+
+
+class Mixture(ShardedDataset):
+    """Samples of several sources at fixed proportions; each sample dict also holds ``__source__``.
+
+    ``weights`` map each source name to a fraction (normalised) or an int (an absolute count per epoch);
+    a list of such mappings (epoch e uses item ``min(e, len - 1)``) or a function of the epoch changes them
+    at epoch boundaries, and :class:`~loaders.planning.weights.Stages` within an epoch.
+    ``samples_per_epoch`` defaults to the sum of the sources' sizes. ``per_batch=True`` gives every batch
+    each source within one sample of its share. Sources must agree on fields, decoders, transform,
+    shuffle and remainder; their own seeds are not used (``seed`` seeds the whole mixture).
+    """
+
+    def __init__(
+        self,
+        sources: Mapping[str, ShardedDataset],
+        weights: WeightSchedule,
+        *,
+        samples_per_epoch: int | None = None,
+        per_batch: bool = False,
+        seed: int = 0,
+    ) -> None:
+        datasets = checked_sources(sources)
+        first = datasets[0]
+        if samples_per_epoch is not None and (
+            isinstance(samples_per_epoch, bool)
+            or not isinstance(samples_per_epoch, int)
+            or samples_per_epoch < 1
+        ):
+            raise ValueError(f"samples_per_epoch must be an int >= 1 or None, got {samples_per_epoch!r}")
+        if not isinstance(per_batch, bool):
+            raise TypeError(f"per_batch must be a bool, got {per_batch!r}")
+        self.names: tuple[str, ...] = tuple(sources)
+        self.datasets: tuple[ShardedDataset, ...] = datasets
+        self.weights, self.samples_per_epoch, self.per_batch = weights, samples_per_epoch, per_batch
+        self.sizes = tuple(sum(d.shard_sizes) for d in datasets)
+        self.fields: tuple[str, ...] = first.manifest.fields
+        on_error: OnError = "skip" if all(d.options.on_error == "skip" for d in datasets) else "raise"
+        self.options = type(first.options)(
+            split="+".join(f"{n}:{d.options.split}" for n, d in zip(self.names, datasets, strict=True)),
+            shuffle=first.options.shuffle,
+            seed=seed,
+            remainder=first.options.remainder,
+            shuffle_buffer=min(d.options.shuffle_buffer for d in datasets),
+            block_size=1,
+            on_error=on_error,
+            check=first.options.check,
+        )
+        self.shards = tuple(shard for d in datasets for shard in d.shards)
+        self.shard_sizes = [n for d in datasets for n in d.shard_sizes]
+        self.shard_offsets = tuple(int(x) for x in np.cumsum([0, *(len(d.shards) for d in datasets)])[:-1])
+        self.rank, self.world_size = first.rank, first.world_size
+        self.decoders, self.transform = first.decoders, first.transform
+        self.position = Position()
+        self._errors = torch.zeros(MAX_WORKERS, dtype=torch.int64).share_memory_()
+        self._readers = self._new_readers()
+        self._mixes: dict[int, EpochMix] = {}
+        self._origin: tuple[int, tuple[int, ...]] | None = None  # (epoch, cursors) of a changed mix
+        for epoch in range(len(weights) if isinstance(weights, Sequence) else 1):
+            self.mix(epoch)  # checks every listed epoch's weights now, not in a worker
+
+    def _new_readers(self) -> ShardReaders:
+        return self.datasets[0]._readers  # each source reads through its own; this one is never used
+
+    # ---- the plan ------------------------------------------------------------------------------------------
+    def mix(self, epoch: int) -> EpochMix:
+        """The exact composition of ``epoch``: each source's count per stage."""
+        if epoch not in self._mixes:
+            weights = epoch_weights(self.weights, epoch)
+            self._mixes[epoch] = epoch_mix(weights, self.names, self.sizes, self.samples_per_epoch)
+        return self._mixes[epoch]
+
+    def cursors(self, epoch: int) -> tuple[int, ...]:
+        """Each source's global cursor at the start of ``epoch``: its samples in all earlier epochs (since
+        the epoch a changed mix continued from, see :meth:`continue_passes`)."""
+        if self._origin is None:
+            return first_cursors([self.mix(e) for e in range(epoch)], len(self.names))
+        first, start = self._origin
+        if epoch < first:
+            raise ValueError(
+                f"epoch {epoch} is before epoch {first}, where this mixture continues a saved run"
+            )
+        later = first_cursors([self.mix(e) for e in range(first, epoch)], len(self.names))
+        return tuple(a + b for a, b in zip(start, later, strict=True))
+
+    def continue_passes(self, state: Mapping[str, Any]) -> int:
+        """Change the mix of a saved run: continue each source's pass, with this mixture's weights, from
+        the epoch after the saved one, as if that epoch had been read whole; returns that epoch (pass it
+        to ``set_epoch``). The same sources must be mixed; do not ``load_state_dict`` the old state."""
+        expected = self.identity()
+        for name in ("names", "manifest", "split"):
+            if state.get(name) != expected[name]:
+                raise ValueError(
+                    f"cannot continue: found {name}={state.get(name)!r} in the saved state, expected "
+                    f"{expected[name]!r} (this mixture's); continue a run of the same sources"
+                )
+        try:
+            epoch = int(state["epoch"])
+            start = [
+                state["sources"][n]["pass"] * size + state["sources"][n]["position"]
+                for n, size in zip(self.names, self.sizes, strict=True)
+            ]
+            drawn = [sum(stage[1 + s] for stage in state["mix"]) for s in range(len(self.names))]
+        except (KeyError, TypeError, IndexError) as exc:
+            raise ValueError(f"cannot continue: the saved state holds no mixture position ({exc!r})") from exc
+        self._origin = (epoch + 1, tuple(a + b for a, b in zip(start, drawn, strict=True)))
+        return epoch + 1
+
+    def epoch_size(self, epoch: int) -> int:
+        return self.mix(epoch).num_samples
+
+    def plan_config(self, num_workers: int) -> PlanConfig:
+        o = self.options
+        return PlanConfig(
+            world_size=self.world_size,
+            num_workers=num_workers,
+            seed=o.seed,
+            shuffle=o.shuffle,
+            remainder=o.remainder,
+            batch_size=o.batch_size,
+            block_size=1,
+            shuffle_buffer=o.batch_size if self.per_batch else o.shuffle_buffer,
+            permute_blocks=False,
+            balance_batches=self.per_batch,
+        )
+
+    def _runs(self, epoch: int, history: tuple[Segment, ...]) -> Runs:
+        mix = self.mix(epoch)
+        if history:
+            return _remaining(mix, self.options.seed, history, epoch)
+        return epoch_sequence(mix, self.options.seed, epoch)
+
+    # ---- state ---------------------------------------------------------------------------------------------
+    def identity(self) -> dict[str, Any]:
+        return {
+            "names": list(self.names),
+            "manifest": {n: d.manifest.fingerprint() for n, d in zip(self.names, self.datasets, strict=True)},
+            "split": {n: d.options.split for n, d in zip(self.names, self.datasets, strict=True)},
+            "seed": self.options.seed,
+            "shuffle": self.options.shuffle,
+            "per_batch": self.per_batch,
+        }
+
+    def state_extras(self, epoch: int) -> dict[str, Any]:
+        """The epoch's composition, and where each source's pass stood when the epoch began."""
+        cursors = self.cursors(epoch)
+        origin = {} if self._origin is None else {"origin": [self._origin[0], list(self._origin[1])]}
+        return {
+            **origin,
+            "mix": self.mix(epoch).to_json(),
+            "sources": {
+                name: source_position(cursor, size)
+                for name, cursor, size in zip(self.names, cursors, self.sizes, strict=True)
+            },
+        }
+
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """Refuse a state whose epoch this mixture would compose otherwise (other weights or sizes)."""
+        epoch = int(state["epoch"])
+        if "origin" in state:  # a run that changed its mix: its passes continue from there
+            first, start = state["origin"]
+            self._origin = (int(first), tuple(int(c) for c in start))
+        expected = self.state_extras(epoch)
+        for name in ("mix", "sources"):
+            if name in state and state[name] != expected[name]:
+                raise ValueError(
+                    f"cannot resume: found {name}={state[name]!r} in the saved state, expected "
+                    f"{expected[name]!r} (this mixture's for epoch {epoch}). Resume with the saved run's "
+                    "sources, weights and samples_per_epoch, or start the epoch afresh without "
+                    "load_state_dict()"
+                )
+
+    def close(self) -> None:
+        for dataset in self.datasets:
+            dataset.close()
+
+    # ---- reading -------------------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:
+        freeze_inherited_objects()
+        worker_index, num_workers = get_worker()
+        epoch = self.epoch
+        history, resumed_batches = self.position.resume_point()
+        role = (worker_index + resumed_batches) % max(num_workers, 1)  # as ShardedDataset.__iter__
+        config = self.plan_config(num_workers)
+        runs = self._runs(epoch, history)
+        windows = plan_windows(runs, config, epoch=epoch, rank=self.rank, worker_index=role)
+        self._plan_remote(windows, epoch)
+        per_rank = samples_per_rank(num_samples(runs), self.world_size, config.remainder)
+        skip = consumed_count(config, per_rank, role, resumed_batches)
+        return self._hand_out(self._read(windows, skip, epoch, worker_index), epoch, worker_index)
+
+    def _plan_remote(self, windows: Sequence[Window], epoch: int) -> None:
+        """Tell each remote source's cache the shards this worker reads, in order, so it prefetches: the
+        worker's real samples of a source are one stretch of its cursor (pads re-read a few)."""
+        cursors = self.cursors(epoch)
+        for source, d in enumerate(self.datasets):
+            rows = [run for w in windows for run in w.runs if run.shard_index == source and not run.is_pad]
+            if not d.source.remote or not rows:
+                continue
+            begin = cursors[source] + min(run.start for run in rows)
+            end = cursors[source] + max(run.stop for run in rows)
+            found = cursor_runs(
+                d.shard_sizes, d.options.block_size, d.options.shuffle, self.options.seed, source, begin, end
+            )
+            order = found[:, 0].tolist()
+            d.source.plan([d.shards[i] for k, i in enumerate(order) if k == 0 or order[k - 1] != i])
+
+    def _read(self, windows: Sequence[Window], skip: int, epoch: int, worker_index: int) -> Iterator[Columns]:
+        count_errors = partial(self._count_errors, worker_index)
+        readers = [
+            WindowReader(
+                readers=d._readers,
+                fields=self.fields,
+                shard_paths=[shard.path for shard in d.shards],
+                on_error=d.options.on_error,
+                count_errors=count_errors,
+            )
+            for d in self.datasets
+        ]
+        cursors = self.cursors(epoch)
+        for window in windows:
+            size = len(window)
+            if skip >= size:
+                skip -= size
+                continue
+            grouped = self._read_window(window, cursors, readers)
+            yield grouped.take(read_order(window.runs)[window.permutation()[skip:]].tolist())
+            skip = 0
+
+    def _read_window(
+        self, window: Window, cursors: Sequence[int], readers: Sequence[WindowReader]
+    ) -> Columns:
+        """The window's samples grouped by source (each source read in one call), in the order
+        :func:`~loaders.reading.mixed.read_order` undoes."""
+        pieces = []
+        for source, rows in by_source(window.runs).items():
+            d = self.datasets[source]
+            real: list[Run] = []
+            for _, j0, j1, is_pad in rows:
+                begin = cursors[source] + j0
+                found = cursor_runs(
+                    d.shard_sizes,
+                    d.options.block_size,
+                    d.options.shuffle,
+                    self.options.seed,
+                    source,
+                    begin,
+                    begin + j1 - j0,
+                )
+                real += [Run(int(s), int(a), int(b), is_pad) for s, a, b in found.tolist()]
+            size = sum(run.stop - run.start for run in real)
+            columns = readers[source].read_window(Window(real, None), np.arange(size))
+            offset = self.shard_offsets[source]
+            columns.shards = [offset + shard for shard in columns.shards] if columns.shards else []
+            columns.sources = [source] * len(columns)
+            pieces.append(columns)
+        return Columns.concat(self.fields, pieces)
+
+
+@lru_cache(maxsize=8)
+def _remaining(mix: EpochMix, seed: int, history: tuple[Segment, ...], epoch: int) -> Runs:
+    return remaining_of(epoch_sequence(mix, seed, epoch), mix.counts, history, epoch)

@@ -1,0 +1,150 @@
+"""The mixture planner: which source fills each position of an epoch, and which sample. Pure: no I/O.
+
+Rules:
+1. Counts. An epoch's composition (``loaders.planning.weights.EpochMix``) gives each source its exact count
+   per stage.
+2. Schedule. Every prefix of p positions of a stage holds each source within one sample of its share:
+   ``|c_s(p) - p * n_s / n| <= 1``, so any interval is within two. Where it is proved enough, source s's
+   j-th sample takes the ideal time (j + 1/2) / n_s and positions follow ideal times (the stride order,
+   vectorised); each source's count is then within 1/2 of threshold x n_s and their sum is p, so
+   ``|c_s(p) - p * w_s| <= (1 + (k - 2) * w_s) / 2`` for k sources, within one when (k - 2) * max w <= 1
+   (always for up to three sources). Otherwise the quota order (:func:`quota_schedule`, a Python loop)
+   keeps ``floor(p * w_s) <= c_s(p) <= ceil(p * w_s)``. Exact ties go to the source ranked first by
+   ``SeedSequence([seed, epoch, stage])``.
+3. Sequence. The epoch's sequence is written as runs over one virtual shard per source: row
+   ``(s, j0, j1)`` is source s's epoch samples j0..j1-1. A contiguous cut of the sequence (a rank's
+   share, a worker's part, a window) therefore holds each source's samples as a contiguous stretch of j.
+4. Cursors. Source s's epoch sample j is its global sample g = (its samples in all earlier epochs) + j;
+   pass g // size, offset g % size into the pass's block order: the source's shards cut into blocks of
+   ``block_size`` and permuted by ``SeedSequence([seed, SOURCE_STREAM, s, pass])`` (stored order without
+   shuffle). No sample repeats within a pass; a contiguous stretch of g is a few long reads.
+Nothing here depends on rank, worker, time or pid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from loaders.planning.planner import Runs, _cut_blocks, slice_rows
+from loaders.planning.weights import EpochMix
+
+SOURCE_STREAM = 0x6D6978  # keeps a source's pass seeds apart from the epoch seeds of a single dataset
+
+
+def stage_schedule(counts: Sequence[int], entropy: Sequence[int]) -> np.ndarray:
+    """``(n,)`` source index of each position of one stage, in order (rule 2): the stride order where it is
+    proved within one sample, the quota order otherwise."""
+    counts = [int(c) for c in counts]
+    total = sum(counts)
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    ranks = np.random.default_rng(np.random.SeedSequence(list(entropy))).permutation(len(counts))
+    if (len(counts) - 2) * max(counts) > total:
+        return quota_schedule(counts, ranks.tolist())
+    return stride_schedule(counts, ranks)
+
+
+def stride_schedule(counts: list[int], ranks: np.ndarray) -> np.ndarray:
+    """Positions in order of ideal time (j + 1/2) / n_s, ties to the lower rank (vectorised)."""
+    source = np.repeat(np.arange(len(counts)), counts)  # (n,)
+    first = np.repeat(np.cumsum(counts) - counts, counts)
+    j = np.arange(len(source)) - first  # (n,) index within its source
+    ideal = (2 * j + 1) / (2 * np.asarray(counts, dtype=np.float64)[source])  # exact ties stay exact
+    return source[np.lexsort((ranks[source], ideal))]
+
+
+def quota_schedule(counts: list[int], ranks: list[int]) -> np.ndarray:
+    """Earliest deadline first over windows that keep every prefix within quota: source s's j-th sample
+    may not come before position floor(j n / n_s) (upper quota) and is due by ceil((j + 1) n / n_s) - 1
+    (lower quota). A schedule meeting every window exists (house-monotone quota apportionment, Balinski
+    and Young), and EDF finds one for unit jobs; ties go to the lower rank. One Python step a position."""
+    total, k = sum(counts), len(counts)
+    taken = [0] * k
+    out = np.empty(total, dtype=np.int64)
+    for position in range(total):
+        best, best_key = -1, (total, k)
+        for s in range(k):
+            j, n = taken[s], counts[s]
+            if j < n and j * total // n <= position:
+                key = (-(-(j + 1) * total // n) - 1, ranks[s])
+                if key < best_key:
+                    best, best_key = s, key
+        out[position] = best
+        taken[best] += 1
+    return out
+
+
+def epoch_schedule(mix: EpochMix, seed: int, epoch: int) -> np.ndarray:
+    """``(N,)`` source index of every position of the epoch."""
+    parts = [stage_schedule(stage.counts, [seed, epoch, i]) for i, stage in enumerate(mix.stages)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def sequence_runs(schedule: np.ndarray, num_sources: int) -> Runs:
+    """The schedule as runs over virtual source shards (rule 3): ``(n, 3)`` rows ``(s, j0, j1)``."""
+    if len(schedule) == 0:
+        return np.zeros((0, 3), dtype=np.int64)
+    starts = np.flatnonzero(np.diff(schedule, prepend=-1))  # (rows,) first position of each row
+    lengths = np.diff(np.append(starts, len(schedule)))
+    sources = schedule[starts]
+    j = np.zeros(len(starts), dtype=np.int64)
+    for s in range(num_sources):  # j0 of a row: that source's positions before it
+        mine = sources == s
+        j[mine] = np.cumsum(lengths[mine]) - lengths[mine]
+    return np.column_stack([sources, j, j + lengths]).astype(np.int64)
+
+
+@lru_cache(maxsize=16)
+def epoch_sequence(mix: EpochMix, seed: int, epoch: int) -> Runs:
+    """A fresh epoch's sequence (rules 1-3); cached: every worker asks for it once per pass."""
+    runs = sequence_runs(epoch_schedule(mix, seed, epoch), len(mix.stages[0].counts))
+    runs.setflags(write=False)
+    return runs
+
+
+def first_cursors(mixes: Sequence[EpochMix], num_sources: int) -> tuple[int, ...]:
+    """Each source's global cursor at the start of the epoch that follows ``mixes`` (earlier epochs)."""
+    cursor = [0] * num_sources
+    for mix in mixes:
+        cursor = [c + n for c, n in zip(cursor, mix.counts, strict=True)]
+    return tuple(cursor)
+
+
+@lru_cache(maxsize=64)
+def pass_blocks(
+    shard_sizes: tuple[int, ...], block_size: int, shuffle: bool, entropy: tuple[int, ...]
+) -> Runs:
+    """One pass's block order of a source: ``(blocks, 3)`` rows ``(shard, start, stop)`` (rule 4)."""
+    rows = np.array([[i, 0, n, 0] for i, n in enumerate(shard_sizes) if n > 0], dtype=np.int64).reshape(-1, 4)
+    blocks = _cut_blocks(rows, block_size)[:, :3]
+    if shuffle:
+        blocks = blocks[np.random.default_rng(np.random.SeedSequence(list(entropy))).permutation(len(blocks))]
+    blocks.setflags(write=False)
+    return blocks
+
+
+def cursor_runs(
+    shard_sizes: Sequence[int], block_size: int, shuffle: bool, seed: int, source: int, begin: int, end: int
+) -> Runs:
+    """The source's real ``(shard, start, stop)`` rows for global cursors [begin, end), in cursor order."""
+    sizes = tuple(int(n) for n in shard_sizes)
+    size = sum(sizes)
+    if size == 0:
+        raise ValueError(f"source {source} has no samples")
+    pieces = [np.zeros((0, 3), dtype=np.int64)]
+    while begin < end:
+        number, offset = divmod(begin, size)
+        stop = min(end - begin, size - offset) + offset
+        blocks = pass_blocks(sizes, block_size, shuffle, (seed, SOURCE_STREAM, source, number))
+        pieces.append(slice_rows(blocks, offset, stop))
+        begin += stop - offset
+    return np.concatenate(pieces)
+
+
+def source_position(cursor: int, size: int) -> dict[str, int]:
+    """Where a source stands at global cursor ``cursor``: its pass and the position in it."""
+    number, offset = divmod(cursor, size)
+    return {"pass": number, "position": offset}
