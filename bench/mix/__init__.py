@@ -28,9 +28,14 @@ RULES = {
     "workers)",
     "shuffle window": "consecutive runs of --window samples of one worker part, from its start",
     "epoch": "everything every rank receives in an epoch",
-    "repeats": "per source, samples yielded again before every sample of that source was yielded once in "
-    "the current pass, counted in training order (step by step, every rank's batch of a step together, "
-    "new samples of a step counted first); a pass ends when the source is covered",
+    "repeats": "per source, at each epoch's end, the yields beyond what walking whole passes allows (every "
+    "sample yielded k or k+1 times so far): the sum over its samples of max(0, count - least count - 1), the "
+    "most over the epoch ends; it needs no order within an epoch; judged",
+    "repeats in training order": "per source, samples yielded again before every sample of it was yielded "
+    "once in the current pass, in the order the trainer gets them (step by step, every rank's batch of a "
+    "step together, the step's new samples first); not judged: where a worker's part begins a new pass "
+    "while another's still ends the old one, the steps deliver both together, so this also counts how "
+    "the epoch is cut over workers",
     "twins": "composition is measured on count twins of the sources (same counts and shards, tiny "
     "payloads); the full-size speed run's first-epoch source sequence is compared with the twins'",
     "speed": "samples after each loader's --warmup-th batch over their time: the mixture's epoch against "

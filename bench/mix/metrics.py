@@ -9,6 +9,7 @@ it, each shuffle window of a worker part, and each whole epoch.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -104,6 +105,39 @@ def repeats_before_coverage(step_keys: Iterable[Sequence[Hashable]], num_samples
 def repeats(trace: Trace, sizes: Sequence[int]) -> list[int]:
     """:func:`repeats_before_coverage` of every source (``sizes``: samples per source) over ``trace``."""
     return [repeats_before_coverage(steps(trace, i), size) for i, size in enumerate(sizes)]
+
+
+def excess_at_epoch_ends(epoch_keys: Iterable[Sequence[Hashable]], num_samples: int) -> int:
+    """The most yields, at any epoch's end, beyond what walking whole passes allows: a source read pass by
+    pass has every sample yielded k or k+1 times so far, so each yield past the least count plus one is a
+    repeat before coverage. Counted over whole epochs, it needs no order within an epoch (however ranks,
+    workers and windows cut it), and an in-epoch repeat that the epoch made up for goes uncounted."""
+    counts: Counter[Hashable] = Counter()
+    worst = 0
+    for keys in epoch_keys:
+        counts.update(keys)
+        if len(counts) > num_samples:
+            raise ValueError(f"{len(counts)} distinct samples of a source of {num_samples}")
+        least = min(counts.values()) if len(counts) == num_samples else 0
+        worst = max(worst, sum(max(0, c - least - 1) for c in counts.values()))
+    return worst
+
+
+def epoch_keys(trace: Trace, source: int) -> Iterator[list[Hashable]]:
+    """The keys of ``source`` each epoch yielded, every rank's together."""
+    for ranks in trace:
+        yield [
+            k
+            for batches in ranks
+            for b in batches
+            for k, s in zip(b.keys, b.sources.tolist(), strict=True)
+            if s == source
+        ]
+
+
+def excess(trace: Trace, sizes: Sequence[int]) -> list[int]:
+    """:func:`excess_at_epoch_ends` of every source over ``trace``."""
+    return [excess_at_epoch_ends(epoch_keys(trace, i), size) for i, size in enumerate(sizes)]
 
 
 def largest_remainder(weights: Sequence[float], total: int) -> list[int]:

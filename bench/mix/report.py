@@ -59,8 +59,8 @@ def targets(
         if counts:
             found.append(
                 {
-                    "target": f"{LABELS[contender]}: 0 repeats before a source is covered, at every world"
-                    " size",
+                    "target": f"{LABELS[contender]}: 0 repeats before a source is covered (at epoch ends), at"
+                    " every world size",
                     "value": max(counts),
                     "shown": str(max(counts)),
                     "threshold": 0,
@@ -103,7 +103,7 @@ def target_lines(found: list[dict[str, Any]]) -> list[str]:
 
 
 def _rows(results: list[dict[str, Any]]) -> list[list[str]]:
-    rows = [["contender", "world", *KINDS, "repeats per source", "samples/epoch"]]
+    rows = [["contender", "world", *KINDS, "repeats", "in training order", "samples/epoch"]]
     for e in results:
         rows.append(
             [
@@ -111,6 +111,7 @@ def _rows(results: list[dict[str, Any]]) -> list[list[str]]:
                 str(e["world_size"]),
                 *(f"{e['errors'][kind]:.2f}" for kind in KINDS),
                 "/".join(str(r) for r in e["repeats"]),
+                "/".join(str(r) for r in e["repeats_in_order"]),
                 f"{e['samples_per_epoch']:,.0f}",
             ]
         )
@@ -138,7 +139,7 @@ def result_lines(
     )
     intro = (
         f"Sources: {sources}. Composition error in samples, the worst over {meta['epochs']} epochs; repeats "
-        "per source in that order."
+        "per source in that order, at epoch ends (judged) and in training order."
     )
     targets_part = [f"{heading} Targets", "", *(f"- {line}" for line in target_lines(found))]
     table_part = [f"{heading} Composition error and repeats", "", *markdown_table(_rows(results))]

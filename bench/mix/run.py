@@ -30,7 +30,8 @@ def composition(
                 "contender": name,
                 "world_size": world,
                 "errors": metrics.composition(trace, fractions, s.num_workers, window),
-                "repeats": metrics.repeats(trace, sizes),
+                "repeats": metrics.excess(trace, sizes),
+                "repeats_in_order": metrics.repeats(trace, sizes),
                 "samples_per_epoch": statistics.mean(
                     sum(len(b.sources) for batches in ranks for b in batches) for ranks in trace
                 ),
@@ -40,7 +41,8 @@ def composition(
                 first = metrics.concat(trace[0][0]).tolist()
             results.append(entry)
             shown = "  ".join(f"{kind} {entry['errors'][kind]:.2f}" for kind in metrics.KINDS)
-            print(f"  W={world} {name:20} {shown}  repeats {entry['repeats']}", flush=True)
+            repeats = f"repeats {entry['repeats']} (in training order {entry['repeats_in_order']})"
+            print(f"  W={world} {name:20} {shown}  {repeats}", flush=True)
     return results, first
 
 

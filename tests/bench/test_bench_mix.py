@@ -81,6 +81,16 @@ def test_repeats_step_every_rank_together() -> None:
     assert metrics.repeats(trace, [4, 1]) == [1, 0]  # a fourth sample never came: "a" came back first
 
 
+def test_excess_at_epoch_ends_counts_yields_beyond_whole_passes() -> None:
+    assert metrics.excess_at_epoch_ends([[0, 1, 2, 0], [1, 2], [0, 1, 2]], 3) == 0  # passes walked
+    assert metrics.excess_at_epoch_ends([[0, 1], [0, 1]], 3) == 2  # 2 never came: 0 and 1 once too often
+    assert metrics.excess_at_epoch_ends([[0, 0, 1, 1]], 2) == 0  # an in-epoch repeat the epoch made up for
+    with pytest.raises(ValueError, match="3 distinct samples of a source of 2"):
+        metrics.excess_at_epoch_ends([[0, 1, 2]], 2)
+    trace: Trace = [[[batch([0, 1], ["a", "x"])], [batch([0], ["a"])]]]
+    assert list(metrics.epoch_keys(trace, 0)) == [["a", "a"]] and metrics.excess(trace, [2, 1]) == [1, 0]
+
+
 def test_largest_remainder_splits_exactly() -> None:
     assert metrics.largest_remainder(WEIGHTS, 88_000) == [44_000, 26_400, 17_600]
     assert metrics.largest_remainder([1, 1, 1], 10) == [4, 3, 3]
@@ -107,7 +117,8 @@ def test_weighted_draw_misses_the_weights_and_repeats_before_covering() -> None:
     assert trace[0][0][0].keys != trace[0][1][0].keys  # ranks draw their own streams
     errors = metrics.composition(trace, WEIGHTS, 2, 100)
     assert errors["epoch"] > 1 and errors["batch"] > 1
-    assert metrics.repeats(trace, sizes)[0] > 0  # 440 of web's 600 per epoch, started over each epoch
+    assert metrics.excess(trace, sizes)[0] > 0  # 440 of web's 600 per epoch, started over each epoch
+    assert metrics.repeats(trace, sizes)[0] > 0
     again = peers.weighted_draw(sizes, WEIGHTS, shape)
     assert [b.keys for b in again[2][1]] == [b.keys for b in trace[2][1]]
     with pytest.raises(ValueError, match="every source needs >= 4 samples"):
@@ -145,6 +156,7 @@ RESULTS = [
         "world_size": world,
         "errors": dict(zip(metrics.KINDS, errors, strict=True)),
         "repeats": repeats,
+        "repeats_in_order": [r + 5 for r in repeats],
         "samples_per_epoch": 880.0,
     }
     for name, world, errors, repeats in (
@@ -227,7 +239,7 @@ def test_quick_run_end_to_end(tmp_path: Path) -> None:
     assert {(e["contender"], e["world_size"]) for e in found["results"]} == {
         (name, world) for name in report.LABELS for world in (1, 2)
     }
-    assert all(e["samples_per_epoch"] > 0 for e in found["results"])
+    assert all(e["samples_per_epoch"] > 0 and len(e["repeats_in_order"]) == 3 for e in found["results"])
     assert found["twins_match"] is True  # the twins stand for the full-size data
     for target in found["targets"]:
         assert target["target"] in done.stdout
