@@ -36,6 +36,10 @@ RULES = {
     "step together, the step's new samples first); not judged: where a worker's part begins a new pass "
     "while another's still ends the old one, the steps deliver both together, so this also counts how "
     "the epoch is cut over workers",
+    "peers": "random-mix: webdataset RandomMix, seeded through each rank's DataLoader generator (torch seeds "
+    "Python's random, which RandomMix draws from, in each worker; one seed per rank), shards reshuffled per "
+    "pass (detshuffle), sample buffers seeded, every source repeated; weighted-draw: numpy draws, "
+    "independent per (epoch, rank, worker), each source restarted every epoch: the best case of random draws",
     "twins": "composition is measured on count twins of the sources (same counts and shards, tiny "
     "payloads); the full-size speed run's first-epoch source sequence is compared with the twins'",
     "speed": "samples after each loader's --warmup-th batch over their time: the mixture's epoch against "

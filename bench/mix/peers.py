@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -113,6 +114,8 @@ def random_mix(tars: Sequence[Sequence[str]], weights: Sequence[float], shape: S
     batches_per_worker = max(shape.samples_per_epoch // (shape.processes * shape.batch_size), 1)
     ranks = []
     for rank in range(shape.world_size):
+        if shape.num_workers == 0:  # no worker for torch to seed: RandomMix draws in this process
+            random.seed(shape.seed * 1_000_003 + rank)
         with simulated_rank(rank, shape.world_size):
             loader = random_mix_loader(
                 tars,
