@@ -11,7 +11,7 @@ import pytest
 
 from bench.common.docs_page import read_section
 from bench.mix import data, metrics, peers, report
-from bench.mix.speed import sources_alone
+from bench.mix.speed import Timing, endless, rotated_rounds, sources_alone, timed
 from bench.mix.trace import Batch, Shape, Trace, by_epoch, from_loader_batch
 from tests.bench.scripts import run_module
 
@@ -189,6 +189,23 @@ def test_targets_judge_every_world_and_show_their_values(tmp_path: Path) -> None
     assert "weighted draw (numpy)  " in report.table(RESULTS)
     report.chart(tmp_path / "mix.png", RESULTS, speed)
     assert (tmp_path / "mix.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_timing_starts_at_the_warmup_batch_and_rounds_rotate() -> None:
+    batches = [{"__key__": ["k"] * 4, "__source__": [0, 1, 0, 2]} for _ in range(3)]
+    found = timed(batches, warmup=2)
+    assert (found.received, found.samples, found.sources[:4]) == (12, 4, [0, 1, 0, 2])
+    assert timed(endless(batches, lambda epoch: None), warmup=1, stop_after=30).received == 32  # cycled
+    with pytest.raises(ValueError, match="warmup must be >= 1"):
+        timed(batches, warmup=0)
+    ran: list[str] = []
+
+    def one(name: str) -> Timing:
+        ran.append(name)
+        return Timing(1, 1.0, 1)
+
+    rounds = rotated_rounds(3, {"a": lambda: one("a"), "b": lambda: one("b")})
+    assert ran == ["a", "b", "b", "a", "a", "b"] and [len(r) for r in rounds.values()] == [3, 3]
 
 
 @pytest.fixture(scope="module")
