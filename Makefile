@@ -5,7 +5,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup demo test test-unit test-integration test-e2e test-fast lint format bench-pack bench-io bench-scaling bench-shuffle bench-transfer clean
+.PHONY: setup demo test test-unit test-integration test-e2e test-fast lint format bench-pack bench-io bench-scaling bench-shuffle bench-mix bench-transfer clean
 
 setup: $(VENV)/.installed
 
@@ -52,6 +52,9 @@ bench-scaling: setup
 
 bench-shuffle: setup
 	$(BIN)/python -m bench.shuffle --docs docs/benchmarks.md $(ARGS)
+
+bench-mix: setup
+	$(BIN)/python -m bench.mix --docs docs/benchmarks.md $(ARGS)
 
 bench-transfer: setup
 	$(BIN)/python -m bench.transfer --docs docs/benchmarks.md $(ARGS)

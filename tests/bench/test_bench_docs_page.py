@@ -97,7 +97,10 @@ def test_replacing_a_section_keeps_every_other_byte() -> None:
 
 
 def test_sections_are_inserted_in_order_whatever_the_order_of_the_runs() -> None:
-    for runs in (ORDER[::-1], ("bench-shuffle", "bench-io", "bench-transfer", "bench-pack", "bench-scaling")):
+    for runs in (
+        ORDER[::-1],
+        ("bench-shuffle", "bench-io", "bench-transfer", "bench-mix", "bench-pack", "bench-scaling"),
+    ):
         page = PREAMBLE
         for name in runs:
             before = {n: read_section(page, n) for n in ORDER}
