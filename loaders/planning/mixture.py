@@ -28,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from loaders.planning.planner import Runs, _cut_blocks, slice_rows
+from loaders.planning.planner import Runs, cut_blocks, slice_rows
 from loaders.planning.weights import EpochMix
 
 SOURCE_STREAM = 0x6D6978  # keeps a source's pass seeds apart from the epoch seeds of a single dataset
@@ -119,7 +119,7 @@ def pass_blocks(
 ) -> Runs:
     """One pass's block order of a source: ``(blocks, 3)`` rows ``(shard, start, stop)`` (rule 4)."""
     rows = np.array([[i, 0, n, 0] for i, n in enumerate(shard_sizes) if n > 0], dtype=np.int64).reshape(-1, 4)
-    blocks = _cut_blocks(rows, block_size)[:, :3]
+    blocks = cut_blocks(rows, block_size)[:, :3]
     if shuffle:
         blocks = blocks[np.random.default_rng(np.random.SeedSequence(list(entropy))).permutation(len(blocks))]
     blocks.setflags(write=False)

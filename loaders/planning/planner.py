@@ -274,12 +274,12 @@ def _rank_share(runs: Runs, total: int, begin: int, end: int) -> Blocks:
 def _permuted_blocks(rows: Blocks, config: PlanConfig, entropy: list[int]) -> Blocks:
     if not config.shuffle or len(rows) == 0:
         return rows
-    blocks = _cut_blocks(rows, config.block_size)
+    blocks = cut_blocks(rows, config.block_size)
     rng = np.random.default_rng(np.random.SeedSequence(entropy))
     return blocks[rng.permutation(len(blocks))]
 
 
-def _cut_blocks(rows: Blocks, block_size: int) -> Blocks:
+def cut_blocks(rows: Blocks, block_size: int) -> Blocks:
     """Cut rows at in-shard multiples of ``block_size``, so blocks are the same pieces in every epoch."""
     first = rows[:, 1] // block_size
     counts = (rows[:, 2] - 1) // block_size - first + 1  # (rows,) blocks each row touches
