@@ -49,7 +49,7 @@ Trace = list[list[list[Batch]]]
 def from_loader_batch(batch: Mapping[str, Any]) -> Batch:
     """A collated batch as a :class:`Batch`, padding duplicates dropped."""
     # A copy: a view would keep the batch's shared-memory tensor, and its file descriptor, alive.
-    sources = np.array(batch["__source__"], dtype=np.int64)
+    sources = np.asarray(batch["__source__"], dtype=np.int64).copy()
     keys = list(batch["__key__"])
     pads = batch.get("__pad__")
     if pads is None:
