@@ -13,7 +13,9 @@ import pytest
 
 from loaders import Mixture, ShardedDataset, make_loader
 from loaders.transfer.collate import collate_samples
+from shardpipe.errors import DataError
 from tests.datagen import pack_dataset
+from tests.test_dataset import damage
 
 BATCH = 4
 SIZES = {"a": 23, "b": 11}
@@ -255,3 +257,18 @@ def test_continuing_another_runs_passes_is_refused(paths: dict[str, Path]) -> No
 def test_every_listed_epochs_weights_are_checked_at_once(paths: dict[str, Path]) -> None:
     with pytest.raises(ValueError, match="weight of 'b' must be finite"):
         mixture(paths, weights=[{"a": 1.0, "b": 1.0}, {"a": 1.0, "b": float("nan")}])
+
+
+def test_a_damaged_source_names_itself_or_its_samples_become_flagged_pads(tmp_path: Path) -> None:
+    broken = pack_dataset(tmp_path / "a", "tar", SIZES["a"], max_samples=10)
+    where = damage(broken, "tar")
+    paths = {"a": broken, "b": pack_dataset(tmp_path / "b", "lmdb", SIZES["b"], max_samples=4)}
+    with pytest.raises(DataError, match=f"shard-000001.tar.*{where}"):
+        samples(make_loader(mixture(paths), batch_size=BATCH, num_workers=0))
+    sources = {n: ShardedDataset(p, rank=0, world_size=1, on_error="skip") for n, p in paths.items()}
+    mix = Mixture(sources, weights={"a": 0.7, "b": 0.3}, samples_per_epoch=40, seed=4)
+    got = samples(make_loader(mix, batch_size=BATCH, num_workers=0))
+    assert len(got) == 40  # steps stay equal: the unreadable sample's slots become flagged pads
+    assert Counter(s for s, _, _ in got) == {0: 28, 1: 12}
+    pads = [s for s, _, pad in got if pad]
+    assert pads and set(pads) == {0} and mix.num_errors == len(pads)
