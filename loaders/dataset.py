@@ -206,6 +206,11 @@ class ShardedDataset(IterableDataset[Sample]):
         """Samples in a full ``epoch``'s sequence over all ranks, pads and drops aside."""
         return sum(self.shard_sizes)
 
+    def sample_bytes(self) -> float:
+        """A sample's mean bytes in the shards (framing included), as the manifest has them: what sizes the
+        batch transport's slots."""
+        return sum(shard.num_bytes for shard in self.shards) / max(sum(self.shard_sizes), 1)
+
     def num_batches(self, batch_size: int, num_workers: int) -> int:
         """Batches every rank's DataLoader yields in the next pass (a resumed pass counts those already
         consumed): the same on every rank."""

@@ -165,10 +165,8 @@ def _forward(batch: Any) -> Any:
 def expected_batch_bytes(dataset: ShardedDataset, batch_size: int) -> float:
     """A batch's bytes as the manifest predicts them (shard bytes per sample, framing included), plus what
     decoders that produce a fixed size add (an image crop's pixels, which dwarf a small JPEG)."""
-    samples = sum(dataset.shard_sizes)
-    total = sum(shard.num_bytes for shard in dataset.shards)
     decoded = sum(getattr(d.column, "output_bytes", 0) for d in dataset.decoders.values())
-    return (total / max(samples, 1) + decoded) * batch_size
+    return (dataset.sample_bytes() + decoded) * batch_size
 
 
 def enlarge_result_pipe(iterator: Any) -> bool:

@@ -150,6 +150,17 @@ class Mixture(ShardedDataset):
     def epoch_size(self, epoch: int) -> int:
         return self.mix(epoch).num_samples
 
+    def sample_bytes(self) -> float:
+        """A sample's mean bytes at the mixture's proportions (its sources' means weighted by their counts),
+        the most over the stages of the epochs planned so far: a mixture's batches hold its large-sample
+        sources at their weight, not at their share of the files."""
+        means = [d.sample_bytes() for d in self.datasets]
+        stages = [stage for mix in (*self._mixes.values(), self.mix(self.epoch)) for stage in mix.stages]
+        return max(
+            sum(n * mean for n, mean in zip(stage.counts, means, strict=True)) / max(stage.num_samples, 1)
+            for stage in stages
+        )
+
     def plan_config(self, num_workers: int) -> PlanConfig:
         o = self.options
         return PlanConfig(
