@@ -10,6 +10,7 @@ from loaders.reading.columns import Columns, batches
 from loaders.transfer.chunks import (
     CHUNK_SAMPLES,
     MAX_CHUNK_BYTES,
+    MAX_CHUNKED_BATCH_BYTES,
     Chunk,
     batches_per_chunk,
     chunks,
@@ -76,7 +77,10 @@ def test_a_stream_that_ends_without_its_last_chunk_is_an_error() -> None:
 
 def test_batches_per_chunk_aims_at_a_sample_count_within_a_byte_cap() -> None:
     assert batches_per_chunk(64, 64 * 1024) == CHUNK_SAMPLES // 64
-    assert batches_per_chunk(64, MAX_CHUNK_BYTES / 2) == 2  # large samples: the byte cap decides
+    assert batches_per_chunk(64, MAX_CHUNK_BYTES / 16) == 16  # the byte cap decides
+    assert batches_per_chunk(64, MAX_CHUNK_BYTES / 10) == 9  # whole batches within the cap
+    assert batches_per_chunk(64, MAX_CHUNKED_BATCH_BYTES) == MAX_CHUNK_BYTES // MAX_CHUNKED_BATCH_BYTES
+    assert batches_per_chunk(64, MAX_CHUNKED_BATCH_BYTES + 1) == 1  # cutting would copy more than it saves
     assert batches_per_chunk(64, MAX_CHUNK_BYTES * 3) == 1  # one batch is already more
     assert batches_per_chunk(CHUNK_SAMPLES * 2, 100.0) == 1  # batches above the sample count
     assert batches_per_chunk(4, 0.0) == CHUNK_SAMPLES // 4

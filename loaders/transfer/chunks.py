@@ -29,6 +29,9 @@ CHUNK_SAMPLES = 1024
 """A worker sends about this many samples per message when its batches are smaller: a default window
 (docs/design-record.md, "Several batches per message")."""
 MAX_CHUNK_BYTES = 4 << 20  # and no more bytes than this, as the manifest predicts them
+MAX_CHUNKED_BATCH_BYTES = 512 << 10
+"""Larger batches travel alone: cutting a chunk apart copies its bytes in the main process, which costs
+more than the message it saves from about this size on (docs/design-record.md)."""
 
 
 class Chunk(NamedTuple):
@@ -41,7 +44,9 @@ class Chunk(NamedTuple):
 
 def batches_per_chunk(batch_size: int, expected_batch_bytes: float) -> int:
     """How many batches one worker message carries: about ``CHUNK_SAMPLES`` samples, at most
-    ``MAX_CHUNK_BYTES``, at least one batch."""
+    ``MAX_CHUNK_BYTES``, at least one batch; one for batches above ``MAX_CHUNKED_BATCH_BYTES``."""
+    if expected_batch_bytes > MAX_CHUNKED_BATCH_BYTES:
+        return 1
     by_bytes = int(MAX_CHUNK_BYTES // expected_batch_bytes) if expected_batch_bytes > 0 else CHUNK_SAMPLES
     return max(1, min(CHUNK_SAMPLES // batch_size, by_bytes))
 
