@@ -24,13 +24,16 @@ from loaders.mixture_sources import checked_sources
 from loaders.planning.elastic import Segment, consumed_count, remaining_of
 from loaders.planning.mixture import cursor_runs, epoch_sequence, first_cursors, source_position
 from loaders.planning.planner import (
+    Blocks,
     PlanConfig,
     Run,
     Runs,
     Window,
+    WindowRows,
     num_samples,
-    plan_windows,
     samples_per_rank,
+    window_blocks,
+    window_permutation,
 )
 from loaders.planning.position import Position
 from loaders.planning.weights import EpochMix, WeightSchedule, epoch_mix, epoch_weights
@@ -235,29 +238,32 @@ class Mixture(ShardedDataset):
         role = (worker_index + resumed_batches) % max(num_workers, 1)  # as ShardedDataset.__iter__
         config = self.plan_config(num_workers)
         runs = self._runs(epoch, history)
-        windows = plan_windows(runs, config, epoch=epoch, rank=self.rank, worker_index=role)
-        self._plan_remote(windows, epoch)
+        windows = window_blocks(runs, config, epoch=epoch, rank=self.rank, worker_index=role)
+        self._plan_remote([rows for rows, _ in windows], epoch)
         per_rank = samples_per_rank(num_samples(runs), self.world_size, config.remainder)
         skip = consumed_count(config, per_rank, role, resumed_batches)
         return self._hand_out(self._read(windows, skip, epoch, worker_index), epoch, worker_index)
 
-    def _plan_remote(self, windows: Sequence[Window], epoch: int) -> None:
+    def _plan_remote(self, windows: Sequence[Blocks], epoch: int) -> None:
         """Tell each remote source's cache the shards this worker reads, in order, so it prefetches: the
         worker's real samples of a source are one stretch of its cursor (pads re-read a few)."""
         cursors = self.cursors(epoch)
+        every = np.concatenate([np.zeros((0, 4), dtype=np.int64), *windows])
         for source, d in enumerate(self.datasets):
-            rows = [run for w in windows for run in w.runs if run.shard_index == source and not run.is_pad]
-            if not d.source.remote or not rows:
+            rows = every[(every[:, 0] == source) & (every[:, 3] == 0)]
+            if not d.source.remote or not len(rows):
                 continue
-            begin = cursors[source] + min(run.start for run in rows)
-            end = cursors[source] + max(run.stop for run in rows)
+            begin = cursors[source] + int(rows[:, 1].min())
+            end = cursors[source] + int(rows[:, 2].max())
             found = cursor_runs(
                 d.shard_sizes, d.options.block_size, d.options.shuffle, self.options.seed, source, begin, end
             )
             order = found[:, 0].tolist()
             d.source.plan([d.shards[i] for k, i in enumerate(order) if k == 0 or order[k - 1] != i])
 
-    def _read(self, windows: Sequence[Window], skip: int, epoch: int, worker_index: int) -> Iterator[Columns]:
+    def _read(
+        self, windows: Sequence[WindowRows], skip: int, epoch: int, worker_index: int
+    ) -> Iterator[Columns]:
         count_errors = partial(self._count_errors, worker_index)
         readers = [
             WindowReader(
@@ -270,25 +276,23 @@ class Mixture(ShardedDataset):
             for d in self.datasets
         ]
         cursors = self.cursors(epoch)
-        for window in windows:
-            size = len(window)
+        for rows, seed in windows:
+            size = num_samples(rows)
             if skip >= size:
                 skip -= size
                 continue
-            grouped = self._read_window(window, cursors, readers)
-            yield grouped.take(read_order(window.runs)[window.permutation()[skip:]].tolist())
+            grouped = self._read_window(rows, cursors, readers)
+            yield grouped.take(read_order(rows)[window_permutation(seed, size)[skip:]].tolist())
             skip = 0
 
-    def _read_window(
-        self, window: Window, cursors: Sequence[int], readers: Sequence[WindowReader]
-    ) -> Columns:
+    def _read_window(self, rows: Blocks, cursors: Sequence[int], readers: Sequence[WindowReader]) -> Columns:
         """The window's samples grouped by source (each source read in one call), in the order
         :func:`~loaders.reading.mixed.read_order` undoes."""
         pieces = []
-        for source, rows in by_source(window.runs).items():
+        for source, joined in by_source(rows).items():
             d = self.datasets[source]
             real: list[Run] = []
-            for _, j0, j1, is_pad in rows:
+            for _, j0, j1, is_pad in joined.tolist():
                 begin = cursors[source] + j0
                 found = cursor_runs(
                     d.shard_sizes,

@@ -272,3 +272,13 @@ def test_a_damaged_source_names_itself_or_its_samples_become_flagged_pads(tmp_pa
     assert Counter(s for s, _, _ in got) == {0: 28, 1: 12}
     pads = [s for s, _, pad in got if pad]
     assert pads and set(pads) == {0} and mix.num_errors == len(pads)
+
+
+def test_the_transport_is_sized_by_the_mixture_proportions(paths: dict[str, Path]) -> None:
+    """A batch holds each source at its weight, not at its share of the files: the ring's slots are sized
+    from the counts (a mixture that took the files' mean sent every batch of a heavy source inline)."""
+    for weights, counts in (({"a": 0.7, "b": 0.3}, (28, 12)), ({"a": 0.1, "b": 0.9}, (4, 36))):
+        mix = mixture(paths, weights=weights)
+        a, b = (d.sample_bytes() for d in mix.datasets)
+        assert a != b
+        assert mix.sample_bytes() == pytest.approx((counts[0] * a + counts[1] * b) / 40)

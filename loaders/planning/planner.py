@@ -46,6 +46,8 @@ Runs = np.ndarray
 """``(n, 3)`` int64 rows ``(shard, start, stop)``: samples [start, stop) of a shard, in reading order."""
 Blocks = np.ndarray
 """``(n, 4)`` int64 rows ``(shard, start, stop, is_pad)``."""
+WindowRows = tuple[Blocks, "tuple[int, ...] | None"]
+"""A window as ``(rows, seed)``: its spans as block rows in reading order, and its permutation's seed."""
 
 DEFAULT_BLOCK_SIZE = 4
 DEFAULT_SHUFFLE_BUFFER = 1024
@@ -202,17 +204,27 @@ def batches_per_rank(total: int, config: PlanConfig) -> int:
 
 def plan_windows(runs: Runs, config: PlanConfig, *, epoch: int, rank: int, worker_index: int) -> list[Window]:
     """The windows this (rank, worker) reads over the sequence ``runs``, in reading order."""
+    windows = window_blocks(runs, config, epoch=epoch, rank=rank, worker_index=worker_index)
+    return [Window(list(map(Run._make, rows.tolist())), seed) for rows, seed in windows]
+
+
+def window_blocks(
+    runs: Runs, config: PlanConfig, *, epoch: int, rank: int, worker_index: int
+) -> list[WindowRows]:
+    """:func:`plan_windows`'s windows as ``(rows, seed)``, rows still an array: a mixture's windows hold a
+    row for nearly every sample, which it reads without a tuple each."""
     _check_int("epoch", epoch, low=0)
     _check_int("rank", rank, low=0, high=config.world_size)
     _check_int("worker_index", worker_index, low=0, high=config.num_readers)
     part = worker_part(runs, config, epoch=epoch, rank=rank, worker_index=worker_index)
-    windows = []
     total, size = num_samples(part), config.shuffle_buffer
-    for index, begin in enumerate(range(0, total, size)):
-        rows = window_rows(part, begin, min(begin + size, total), config.shuffle)
-        seed = window_seed(config, epoch, rank, worker_index, index)
-        windows.append(Window(list(map(Run._make, rows.tolist())), seed))
-    return windows
+    return [
+        (
+            window_rows(part, begin, min(begin + size, total), config.shuffle),
+            window_seed(config, epoch, rank, worker_index, index),
+        )
+        for index, begin in enumerate(range(0, total, size))
+    ]
 
 
 def window_seed(

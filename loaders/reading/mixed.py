@@ -1,40 +1,47 @@
 """How a mixture's window is read: its virtual rows ``(source, j0, j1, is_pad)`` grouped by source (each
-source read in one call, through its own readers), and the order that puts the samples back."""
+source read in one call, through its own readers), and the order that puts the samples back. Vectorised:
+a mixture's window holds a row for nearly every sample."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-from loaders.planning.planner import Run
+from loaders.planning.planner import Blocks
 
 
-def read_order(runs: Sequence[Run]) -> np.ndarray:
+def read_order(rows: Blocks) -> np.ndarray:
     """``(n,)`` for each sample of the window in read order, its index in the by-source grouping that
     ``Mixture`` reads (sources in order of first appearance, each source's rows in order)."""
-    firsts = list(dict.fromkeys(run.shard_index for run in runs))
-    totals = dict.fromkeys(firsts, 0)
-    for run in runs:
-        totals[run.shard_index] += run.stop - run.start
-    base, offset = {}, 0
-    for source in firsts:
-        base[source], offset = offset, offset + totals[source]
-    pieces = [np.zeros(0, dtype=np.int64)]
-    for run in runs:
-        start = base[run.shard_index]
-        pieces.append(np.arange(start, start + run.stop - run.start))
-        base[run.shard_index] += run.stop - run.start
-    return np.concatenate(pieces)
+    lengths = rows[:, 2] - rows[:, 1]
+    grouped = np.argsort(_appearance(rows[:, 0]), kind="stable")  # (rows,) the rows in grouping order
+    starts = np.empty(len(rows), dtype=np.int64)  # (rows,) each row's first index in the grouping
+    starts[grouped] = np.cumsum(lengths[grouped]) - lengths[grouped]
+    read_starts = np.cumsum(lengths) - lengths
+    return np.repeat(starts - read_starts, lengths) + np.arange(int(lengths.sum()))
 
 
-def by_source(runs: Sequence[Run]) -> dict[int, list[Run]]:
-    """The window's virtual rows grouped by source in order, each group's contiguous rows joined."""
-    groups: dict[int, list[Run]] = {}
-    for run in runs:
-        rows = groups.setdefault(run.shard_index, [])
-        if rows and rows[-1].stop == run.start and rows[-1].is_pad == run.is_pad:
-            rows[-1] = rows[-1]._replace(stop=run.stop)
-        else:
-            rows.append(run)
-    return groups
+def by_source(rows: Blocks) -> dict[int, Blocks]:
+    """The window's virtual rows grouped by source in order of first appearance, each group's rows in
+    order with contiguous rows of the same padding joined: ``source -> (m, 4)`` rows."""
+    if not len(rows):
+        return {}
+    grouped = rows[np.argsort(_appearance(rows[:, 0]), kind="stable")]
+    follows = np.zeros(len(grouped), dtype=bool)  # (rows,) whether a row continues the one before it
+    follows[1:] = (
+        (grouped[1:, 0] == grouped[:-1, 0])
+        & (grouped[1:, 1] == grouped[:-1, 2])
+        & (grouped[1:, 3] == grouped[:-1, 3])
+    )
+    firsts = np.flatnonzero(~follows)
+    lasts = np.append(firsts[1:], len(grouped)) - 1
+    joined = grouped[firsts].copy()
+    joined[:, 2] = grouped[lasts, 2]
+    return {int(source): joined[joined[:, 0] == source] for source in dict.fromkeys(joined[:, 0].tolist())}
+
+
+def _appearance(sources: np.ndarray) -> np.ndarray:
+    """``(rows,)`` each row's source ranked by its first appearance in the window."""
+    values, firsts, inverse = np.unique(sources, return_index=True, return_inverse=True)
+    rank = np.empty(len(values), dtype=np.int64)
+    rank[np.argsort(firsts)] = np.arange(len(values))
+    return rank[inverse]
