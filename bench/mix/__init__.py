@@ -31,11 +31,10 @@ RULES = {
     "repeats": "per source, at each epoch's end, the yields beyond what walking whole passes allows (every "
     "sample yielded k or k+1 times so far): the sum over its samples of max(0, count - least count - 1), the "
     "most over the epoch ends; it needs no order within an epoch; judged",
-    "repeats in training order": "per source, samples yielded again before every sample of it was yielded "
-    "once in the current pass, in the order the trainer gets them (step by step, every rank's batch of a "
-    "step together, the step's new samples first); not judged: where a worker's part begins a new pass "
-    "while another's still ends the old one, the steps deliver both together, so this also counts how "
-    "the epoch is cut over workers",
+    "repeats in training order": "the same count after every step instead of every epoch (every rank's "
+    "batch of a step together), the most over the steps; not judged: where a worker's part, or a rank's "
+    "share, begins a source's new pass while another still ends the old one, the steps deliver both "
+    "together, so this counts how the epoch is cut over workers and ranks",
     "peers": "random-mix: webdataset RandomMix, seeded through each rank's DataLoader generator (torch seeds "
     "Python's random, which RandomMix draws from, in each worker; one seed per rank), shards reshuffled per "
     "pass (detshuffle), sample buffers seeded, every source repeated; weighted-draw: numpy draws, "

@@ -79,48 +79,34 @@ def steps(trace: Trace, source: int) -> Iterator[list[Hashable]]:
             yield keys
 
 
-def repeats_before_coverage(step_keys: Iterable[Sequence[Hashable]], num_samples: int) -> int:
-    """Samples yielded again before every one of the ``num_samples`` samples was yielded once in the
-    current pass; a pass ends, and the next begins, the moment the last unseen sample arrives.
-
-    Samples of one step arrive together, so within a step the unseen ones count first: a pass that ends
-    inside a step lets the step's other samples begin the next pass instead of counting as repeats.
-    """
+def excess_over_passes(groups: Iterable[Sequence[Hashable]], num_samples: int) -> int:
+    """The most yields, after any group (an epoch, or a step), beyond what walking whole passes allows: a
+    source read pass by pass has every sample yielded k or k+1 times so far, so each yield past the least
+    count plus one is a repeat before coverage. It needs no order within a group, and an early yield that
+    the group made up for goes uncounted; it is a count at one moment, so a pass that ran ahead once does not
+    count again in every pass after it."""
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
-    seen: set[Hashable] = set()
-    repeats = 0
-    for keys in step_keys:
-        fresh = [k for k in keys if k not in seen]
-        for key in fresh + [k for k in keys if k in seen]:
-            if key in seen:
-                repeats += 1
-            else:
-                seen.add(key)
-                if len(seen) == num_samples:
-                    seen.clear()
-    return repeats
+    counts: Counter[Hashable] = Counter()
+    held = Counter({0: num_samples})  # how many samples have each count (the unseen ones count 0)
+    worst = 0
+    for keys in groups:
+        for key in keys:
+            count = counts[key]
+            held[count] -= 1
+            held[count + 1] += 1
+            counts[key] = count + 1
+        if len(counts) > num_samples:
+            raise ValueError(f"{len(counts)} distinct samples of a source of {num_samples}")
+        least = min(c for c, n in held.items() if n > 0)
+        worst = max(worst, sum(n * (c - least - 1) for c, n in held.items() if c > least + 1))
+    return worst
 
 
 def repeats(trace: Trace, sizes: Sequence[int]) -> list[int]:
-    """:func:`repeats_before_coverage` of every source (``sizes``: samples per source) over ``trace``."""
-    return [repeats_before_coverage(steps(trace, i), size) for i, size in enumerate(sizes)]
-
-
-def excess_at_epoch_ends(epoch_keys: Iterable[Sequence[Hashable]], num_samples: int) -> int:
-    """The most yields, at any epoch's end, beyond what walking whole passes allows: a source read pass by
-    pass has every sample yielded k or k+1 times so far, so each yield past the least count plus one is a
-    repeat before coverage. Counted over whole epochs, it needs no order within an epoch (however ranks,
-    workers and windows cut it), and an in-epoch repeat that the epoch made up for goes uncounted."""
-    counts: Counter[Hashable] = Counter()
-    worst = 0
-    for keys in epoch_keys:
-        counts.update(keys)
-        if len(counts) > num_samples:
-            raise ValueError(f"{len(counts)} distinct samples of a source of {num_samples}")
-        least = min(counts.values()) if len(counts) == num_samples else 0
-        worst = max(worst, sum(max(0, c - least - 1) for c in counts.values()))
-    return worst
+    """:func:`excess_over_passes` of every source (``sizes``: samples per source) over ``trace``'s
+    training order, step by step."""
+    return [excess_over_passes(steps(trace, i), size) for i, size in enumerate(sizes)]
 
 
 def epoch_keys(trace: Trace, source: int) -> Iterator[list[Hashable]]:
@@ -136,8 +122,8 @@ def epoch_keys(trace: Trace, source: int) -> Iterator[list[Hashable]]:
 
 
 def excess(trace: Trace, sizes: Sequence[int]) -> list[int]:
-    """:func:`excess_at_epoch_ends` of every source over ``trace``."""
-    return [excess_at_epoch_ends(epoch_keys(trace, i), size) for i, size in enumerate(sizes)]
+    """:func:`excess_over_passes` of every source over ``trace``, epoch by epoch."""
+    return [excess_over_passes(epoch_keys(trace, i), size) for i, size in enumerate(sizes)]
 
 
 def largest_remainder(weights: Sequence[float], total: int) -> list[int]:

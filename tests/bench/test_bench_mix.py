@@ -64,13 +64,18 @@ def test_a_low_discrepancy_schedule_scores_within_one_and_a_skewed_one_does_not(
     assert worse["shuffle window"] == pytest.approx(50)  # 100 of source 0 where 50 belong
 
 
-def test_repeats_count_samples_seen_again_before_their_source_is_covered() -> None:
-    assert metrics.repeats_before_coverage([[0, 1, 2], [2, 1, 0]], 3) == 0
-    assert metrics.repeats_before_coverage([[0, 1], [0], [2]], 3) == 1
-    assert metrics.repeats_before_coverage([[0, 0, 1, 2]], 3) == 1  # twice in one step
-    assert metrics.repeats_before_coverage([[0, 1], [0, 2]], 3) == 0  # 2 ends the pass, 0 starts the next
+def test_excess_over_passes_counts_yields_beyond_whole_passes() -> None:
+    assert metrics.excess_over_passes([[0, 1, 2, 0], [1, 2], [0, 1, 2]], 3) == 0  # passes walked
+    assert metrics.excess_over_passes([[0, 1], [0, 1]], 3) == 2  # 2 never came: 0 and 1 once too often
+    assert metrics.excess_over_passes([[0, 0, 1, 1]], 2) == 0  # an early repeat the group made up for
+    assert metrics.excess_over_passes([[0, 0, 0], [1, 1, 1]], 2) == 2  # 0 ran two passes ahead, 1 caught up
+    assert metrics.excess_over_passes([[0], [0], [1], [1], [0], [1]], 2) == 1  # ahead once, not once a pass
+    with pytest.raises(ValueError, match="3 distinct samples of a source of 2"):
+        metrics.excess_over_passes([[0, 1, 2]], 2)
     with pytest.raises(ValueError, match="num_samples must be >= 1"):
-        metrics.repeats_before_coverage([], 0)
+        metrics.excess_over_passes([], 0)
+    trace: Trace = [[[batch([0, 1], ["a", "x"])], [batch([0], ["a"])]]]
+    assert list(metrics.epoch_keys(trace, 0)) == [["a", "a"]] and metrics.excess(trace, [2, 1]) == [1, 0]
 
 
 def test_repeats_step_every_rank_together() -> None:
@@ -79,16 +84,6 @@ def test_repeats_step_every_rank_together() -> None:
     assert list(metrics.steps(trace, 0)) == [["a", "b", "c"], ["a"]]
     assert metrics.repeats(trace, [3, 1]) == [0, 0]
     assert metrics.repeats(trace, [4, 1]) == [1, 0]  # a fourth sample never came: "a" came back first
-
-
-def test_excess_at_epoch_ends_counts_yields_beyond_whole_passes() -> None:
-    assert metrics.excess_at_epoch_ends([[0, 1, 2, 0], [1, 2], [0, 1, 2]], 3) == 0  # passes walked
-    assert metrics.excess_at_epoch_ends([[0, 1], [0, 1]], 3) == 2  # 2 never came: 0 and 1 once too often
-    assert metrics.excess_at_epoch_ends([[0, 0, 1, 1]], 2) == 0  # an in-epoch repeat the epoch made up for
-    with pytest.raises(ValueError, match="3 distinct samples of a source of 2"):
-        metrics.excess_at_epoch_ends([[0, 1, 2]], 2)
-    trace: Trace = [[[batch([0, 1], ["a", "x"])], [batch([0], ["a"])]]]
-    assert list(metrics.epoch_keys(trace, 0)) == [["a", "a"]] and metrics.excess(trace, [2, 1]) == [1, 0]
 
 
 def test_largest_remainder_splits_exactly() -> None:
