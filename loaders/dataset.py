@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils.data import IterableDataset
@@ -84,6 +84,18 @@ class ReadOptions:
             block_size=self.block_size,
             shuffle_buffer=self.shuffle_buffer,
         )
+
+
+class PassPlan(NamedTuple):
+    """One worker's pass: who it is, the epoch, the role it plays after a resume, the plan's config and
+    sequence, and the samples of its part already consumed before the resume."""
+
+    worker_index: int
+    epoch: int
+    role: int
+    config: PlanConfig
+    runs: Runs
+    skip: int
 
 
 class ShardedDataset(IterableDataset[Sample]):
@@ -256,21 +268,14 @@ class ShardedDataset(IterableDataset[Sample]):
 
     # ---- reading ------------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
-        freeze_inherited_objects()
-        worker_index, num_workers = get_worker()
-        epoch = self.epoch
-        history, resumed_batches = self.position.resume_point()
-        # The DataLoader always asks worker 0 first: after k batches, worker 0 plays the worker that
-        # produced batch k in the uninterrupted run, worker 1 the next one, and so on.
-        role = (worker_index + resumed_batches) % max(num_workers, 1)
-        config = self.plan_config(num_workers)
-        runs = self._runs(epoch, history)
-        windows = plan_windows(runs, config, epoch=epoch, rank=self.rank, worker_index=role)
+        plan = self._pass_plan()
+        windows = plan_windows(
+            plan.runs, plan.config, epoch=plan.epoch, rank=self.rank, worker_index=plan.role
+        )
         if self.source.remote:  # the shards this worker reads, in order: the cache prefetches by it
             order = [run.shard_index for window in windows for run in window.runs]
             self.source.plan([self.shards[i] for k, i in enumerate(order) if k == 0 or order[k - 1] != i])
-        per_rank = samples_per_rank(num_samples(runs), self.world_size, config.remainder)
-        skip = consumed_count(config, per_rank, role, resumed_batches)
+        worker_index, skip = plan.worker_index, plan.skip
         shard_paths = [shard.path for shard in self.shards]
         count_errors = partial(self._count_errors, worker_index)
         reader = WindowReader(
@@ -280,7 +285,22 @@ class ShardedDataset(IterableDataset[Sample]):
             on_error=self.options.on_error,
             count_errors=count_errors,
         )
-        return self._hand_out(reader.read(windows, skip), epoch, worker_index)
+        return self._hand_out(reader.read(windows, skip), plan.epoch, worker_index)
+
+    def _pass_plan(self) -> PassPlan:
+        """What this worker's pass is planned from; the same for a single dataset and a mixture."""
+        freeze_inherited_objects()
+        worker_index, num_workers = get_worker()
+        epoch = self.epoch
+        history, resumed_batches = self.position.resume_point()
+        # The DataLoader always asks worker 0 first: after k batches, worker 0 plays the worker that
+        # produced batch k in the uninterrupted run, worker 1 the next one, and so on.
+        role = (worker_index + resumed_batches) % max(num_workers, 1)
+        config = self.plan_config(num_workers)
+        runs = self._runs(epoch, history)
+        per_rank = samples_per_rank(num_samples(runs), self.world_size, config.remainder)
+        skip = consumed_count(config, per_rank, role, resumed_batches)
+        return PassPlan(worker_index, epoch, role, config, runs, skip)
 
     def _hand_out(self, columns: Iterator[Columns], epoch: int, worker_index: int) -> Iterator[Any]:
         """Windows' columns in yield order -> what iterating yields: batches (or chunks of them) on the

@@ -12,6 +12,7 @@ Every sample carries ``__source__``, its source's index in ``names``.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from functools import lru_cache, partial
 from typing import Any
 
@@ -19,9 +20,8 @@ import numpy as np
 import torch
 
 from loaders.dataset import MAX_WORKERS, ShardedDataset
-from loaders.distributed.world import get_worker
 from loaders.mixture_sources import checked_sources
-from loaders.planning.elastic import Segment, consumed_count, remaining_of
+from loaders.planning.elastic import Segment, remaining_of
 from loaders.planning.mixture import cursor_runs, epoch_sequence, first_cursors, source_position
 from loaders.planning.planner import (
     Blocks,
@@ -31,7 +31,6 @@ from loaders.planning.planner import (
     Window,
     WindowRows,
     num_samples,
-    samples_per_rank,
     window_blocks,
     window_permutation,
 )
@@ -41,7 +40,6 @@ from loaders.reading.columns import Columns
 from loaders.reading.mixed import by_source, read_order
 from loaders.reading.readers import ShardReaders
 from loaders.reading.windows import OnError, WindowReader
-from loaders.transfer.heap import freeze_inherited_objects
 
 
 class Mixture(ShardedDataset):
@@ -165,16 +163,9 @@ class Mixture(ShardedDataset):
         )
 
     def plan_config(self, num_workers: int) -> PlanConfig:
-        o = self.options
-        return PlanConfig(
-            world_size=self.world_size,
-            num_workers=num_workers,
-            seed=o.seed,
-            shuffle=o.shuffle,
-            remainder=o.remainder,
-            batch_size=o.batch_size,
-            block_size=1,
-            shuffle_buffer=o.batch_size if self.per_batch else o.shuffle_buffer,
+        return replace(
+            super().plan_config(num_workers),
+            shuffle_buffer=self.options.batch_size if self.per_batch else self.options.shuffle_buffer,
             permute_blocks=False,
             balance_batches=self.per_batch,
         )
@@ -231,18 +222,13 @@ class Mixture(ShardedDataset):
 
     # ---- reading -------------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
-        freeze_inherited_objects()
-        worker_index, num_workers = get_worker()
-        epoch = self.epoch
-        history, resumed_batches = self.position.resume_point()
-        role = (worker_index + resumed_batches) % max(num_workers, 1)  # as ShardedDataset.__iter__
-        config = self.plan_config(num_workers)
-        runs = self._runs(epoch, history)
-        windows = window_blocks(runs, config, epoch=epoch, rank=self.rank, worker_index=role)
-        self._plan_remote([rows for rows, _ in windows], epoch)
-        per_rank = samples_per_rank(num_samples(runs), self.world_size, config.remainder)
-        skip = consumed_count(config, per_rank, role, resumed_batches)
-        return self._hand_out(self._read(windows, skip, epoch, worker_index), epoch, worker_index)
+        plan = self._pass_plan()
+        windows = window_blocks(
+            plan.runs, plan.config, epoch=plan.epoch, rank=self.rank, worker_index=plan.role
+        )
+        self._plan_remote([rows for rows, _ in windows], plan.epoch)
+        columns = self._read(windows, plan.skip, plan.epoch, plan.worker_index)
+        return self._hand_out(columns, plan.epoch, plan.worker_index)
 
     def _plan_remote(self, windows: Sequence[Blocks], epoch: int) -> None:
         """Tell each remote source's cache the shards this worker reads, in order, so it prefetches: the
