@@ -275,17 +275,14 @@ class ShardedDataset(IterableDataset[Sample]):
         if self.source.remote:  # the shards this worker reads, in order: the cache prefetches by it
             order = [run.shard_index for window in windows for run in window.runs]
             self.source.plan([self.shards[i] for k, i in enumerate(order) if k == 0 or order[k - 1] != i])
-        worker_index, skip = plan.worker_index, plan.skip
-        shard_paths = [shard.path for shard in self.shards]
-        count_errors = partial(self._count_errors, worker_index)
         reader = WindowReader(
             readers=self._readers,
             fields=self.manifest.fields,
-            shard_paths=shard_paths,
+            shard_paths=[shard.path for shard in self.shards],
             on_error=self.options.on_error,
-            count_errors=count_errors,
+            count_errors=partial(self._count_errors, plan.worker_index),
         )
-        return self._hand_out(reader.read(windows, skip), plan.epoch, worker_index)
+        return self._hand_out(reader.read(windows, plan.skip), plan.epoch, plan.worker_index)
 
     def _pass_plan(self) -> PassPlan:
         """What this worker's pass is planned from; the same for a single dataset and a mixture."""
