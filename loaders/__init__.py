@@ -1,7 +1,8 @@
 """Runtime loaders for datasets packed by ``shardpipe pack``: what a DDP training script imports.
 
-``__all__`` is the dataset, its map-style twin for random access, the mixture of datasets, the loader, remote reading, the image crops, the
-sync tools and their errors, exact metrics and the input monitor. The rest has its own public home:
+``__all__`` is the dataset, its map-style twin for random access, the mixture of datasets, the loader,
+remote reading, the image crops, the sync tools and their errors, exact metrics and the input monitor. The
+rest has its own public home:
 :mod:`loaders.planning` (the pure planner), :mod:`loaders.decoding` (decoders of your own),
 :mod:`loaders.batches` (what a batch is made of), :mod:`loaders.monitor` (``EpochStats``). Their old
 names here still import, with a ``DeprecationWarning`` naming the new place, for one release.

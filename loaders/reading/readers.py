@@ -9,6 +9,7 @@ Readers are never used across a fork: a process that inherits them drops them an
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -55,7 +56,7 @@ class ShardReaders:
         self._pid = os.getpid()
         self._open: OrderedDict[int, ShardReader] = OrderedDict()
         self._indexes: OrderedDict[int, ShardIndex | None] = OrderedDict()
-        self._window_buffer = ReadBuffer()
+        self._thread = threading.local()  # random access reads a batch's remote shards in threads
 
     @contextmanager
     def reading(self, shard_index: int) -> Iterator[ShardReader]:
@@ -95,6 +96,14 @@ class ShardReaders:
         """The shard's index, loaded once and checked against the manifest."""
         self._drop_inherited()
         return self._index(shard_index)
+
+    @property
+    def _window_buffer(self) -> ReadBuffer:
+        """The buffer windows are read into, one per thread, reused between reads."""
+        buffer: ReadBuffer | None = getattr(self._thread, "buffer", None)
+        if buffer is None:
+            buffer = self._thread.buffer = ReadBuffer()
+        return buffer
 
     @property
     def _per_read(self) -> bool:
