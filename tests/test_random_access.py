@@ -32,7 +32,7 @@ FORMATS = ("tar", "tfrecord", "lmdb")
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("random")
-    return {fmt: pack_dataset(root, fmt, 30, max_samples=7, order="hashed") for fmt in FORMATS}
+    return {fmt: pack_dataset(root, fmt, 80, max_samples=7, order="hashed") for fmt in FORMATS}
 
 
 def streamed(path: Path) -> list[dict[str, Any]]:
@@ -43,10 +43,12 @@ def streamed(path: Path) -> list[dict[str, Any]]:
 def test_positions_give_the_streamed_samples(packed: dict[str, Path], fmt: str) -> None:
     expected = streamed(packed[fmt])
     ds = ShardedMapDataset(packed[fmt], decode={"cls": "cls"})
-    assert len(ds) == len(expected) == 30
-    assert [ds[i] for i in range(30)] == expected
+    assert len(ds) == len(expected) == 80
+    assert [ds[i] for i in range(80)] == expected
     wanted = [29, 0, 3, 3, -1, 14, 7, 8, 9]  # unsorted, repeated, negative, across shards
     assert ds.__getitems__(wanted) == [expected[i] for i in wanted]
+    scattered = list(range(78, -1, -2))  # 40 runs of one sample: read and cut in one buffer
+    assert ds.__getitems__(scattered) == [expected[i] for i in scattered]
     batch = ds.get_batch(wanted)
     assert batch["__key__"] == [expected[i]["__key__"] for i in wanted]
     assert batch["cls"].tolist() == [expected[i]["cls"] for i in wanted]
@@ -63,8 +65,8 @@ def test_keys_find_their_samples_and_bad_lookups_are_project_errors(packed: dict
     with pytest.raises(SampleKeyError, match="no sample with key 'cls1/99999'") as missing:
         ds.get("cls1/99999")
     assert isinstance(missing.value, KeyError) and isinstance(missing.value, ShardpipeError)
-    for bad in (30, -31):
-        with pytest.raises(SampleIndexError, match=f"sample {bad} is out of range.*30 samples") as out:
+    for bad in (80, -81):
+        with pytest.raises(SampleIndexError, match=f"sample {bad} is out of range.*80 samples") as out:
             ds[bad]
         assert isinstance(out.value, IndexError)
 
