@@ -153,3 +153,16 @@ def test_get_command_lists_and_writes_a_sample(tmp_path: Path) -> None:
         assert failed.exit_code == code and message in failed.output, failed.output
         assert "Traceback" not in failed.output
     shutil.rmtree(tmp_path / "x")
+
+
+def test_a_shard_the_node_cache_holds_is_read_there(
+    packed: dict[str, Path], s3: S3Server, s3_root: str, tmp_path: Path
+) -> None:
+    options = RemoteOptions(storage_options=s3.storage_options(), cache_dir=tmp_path / "cache")
+    upload(packed["tfrecord"], s3_root, options.storage_options)
+    assert len(list(ShardedDataset(s3_root, remote=options))) == 80  # every shard now in the node cache
+    s3.control.reset_counts()
+    remote = ShardedMapDataset(s3_root, remote=options)
+    wanted = [3, 40, 79]
+    assert remote.__getitems__(wanted) == ShardedMapDataset(packed["tfrecord"]).__getitems__(wanted)
+    assert all(path.endswith("/manifest.json") for _, path in s3.control.counts)  # no shard, no index
