@@ -13,6 +13,7 @@ against its checksum, decoded by the same decoders as ``ShardedDataset`` and rea
 from __future__ import annotations
 
 import os
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,6 +35,7 @@ from shardpipe.formats import get_format
 from shardpipe.formats.layout import ShardIndex
 
 Sample = dict[str, Any]
+_FIRST = np.zeros(1, dtype=np.int64)
 REMOTE_THREADS = 16
 """Shards of one batch fetched at once from a remote dataset (each one request, ranges coalesced)."""
 
@@ -64,6 +66,8 @@ class ShardedMapDataset(Dataset[Sample]):
         self.split = split
         self.shards = self.manifest.split_shards(split)
         self.starts = np.cumsum([0, *(shard.num_samples for shard in self.shards)])
+        self._starts: list[int] = self.starts.tolist()
+        self._shard_paths = [shard.path for shard in self.shards]
         self.format = get_format(self.manifest.format)
         self.decoders = resolve_decoders(decode, self.manifest.fields)
         self.transform = transform
@@ -107,8 +111,7 @@ class ShardedMapDataset(Dataset[Sample]):
         """The samples at ``indices`` as one batch, decoded a column at a time: what ``make_loader``'s batch
         path yields for the same samples (a ``RaggedBytes`` per raw field, ``__key__``, ``__pad__``)."""
         columns = self.read(indices)
-        shard_paths = [shard.path for shard in self.shards]
-        decoding = Decoding(self.decoders, self._context(), shard_paths) if self.decoders else None
+        decoding = Decoding(self.decoders, self._context(), self._shard_paths) if self.decoders else None
         return to_batch(columns, 0, len(columns), decoding)
 
     def get(self, key: str) -> Any:
@@ -137,15 +140,20 @@ class ShardedMapDataset(Dataset[Sample]):
         positions = self._positions(indices)
         if not len(positions):
             return Columns(self.manifest.fields)
-        unique, inverse = np.unique(positions, return_inverse=True)
-        shard_of = np.searchsorted(self.starts, unique, side="right") - 1
-        runs = _runs(shard_of, unique - self.starts[shard_of])
         reader = WindowReader(
             readers=self._readers,
             fields=self.manifest.fields,
-            shard_paths=[shard.path for shard in self.shards],
+            shard_paths=self._shard_paths,
             on_error=self.on_error,
         )
+        if len(positions) == 1:  # one get: no array work, whose fixed costs would dominate
+            position = int(positions[0])
+            shard = bisect_right(self._starts, position) - 1
+            start = position - self._starts[shard]
+            return reader.read_window(Window([Run(shard, start, start + 1, 0)], None), _FIRST)
+        unique, inverse = np.unique(positions, return_inverse=True)
+        shard_of = np.searchsorted(self.starts, unique, side="right") - 1
+        runs = _runs(shard_of, unique - self.starts[shard_of])
         by_shard = _groups(runs)
         if not self.source.remote or len(by_shard) == 1:
             return reader.read_window(Window(runs, None), inverse)
@@ -174,10 +182,10 @@ class ShardedMapDataset(Dataset[Sample]):
 
     # ---- helpers ------------------------------------------------------------------------------------------
     def _positions(self, indices: Sequence[int]) -> np.ndarray:
-        try:
-            positions = np.asarray(indices, dtype=np.int64).reshape(-1)
-        except (TypeError, ValueError, OverflowError):
-            raise TypeError(f"sample positions must be ints, got {indices!r}") from None
+        given = np.asarray(indices)
+        if given.size and given.dtype.kind not in "iu":
+            raise TypeError(f"sample positions must be ints, got {indices!r}")
+        positions = given.astype(np.int64).reshape(-1)
         size = len(self)
         positions = np.where(positions < 0, positions + size, positions)
         if ((positions < 0) | (positions >= size)).any():

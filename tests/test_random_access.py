@@ -65,6 +65,9 @@ def test_keys_find_their_samples_and_bad_lookups_are_project_errors(packed: dict
     with pytest.raises(SampleKeyError, match="no sample with key 'cls1/99999'") as missing:
         ds.get("cls1/99999")
     assert isinstance(missing.value, KeyError) and isinstance(missing.value, ShardpipeError)
+    for wrong in (1.5, True, "3"):
+        with pytest.raises(TypeError, match="must be ints"):
+            ds[wrong]  # type: ignore[index]
     for bad in (80, -81):
         with pytest.raises(SampleIndexError, match=f"sample {bad} is out of range.*80 samples") as out:
             ds[bad]
