@@ -282,7 +282,10 @@ class FieldCodecs:
         stored: list[bytes | bytearray | memoryview] = [frame for frame in frames if frame is not None]
         claims = []
         for i, frame in zip(present, stored, strict=True):
-            claimed = zstandard.frame_content_size(frame) if len(frame) >= 4 else -2
+            try:
+                claimed = zstandard.frame_content_size(frame)
+            except zstandard.ZstdError:
+                claimed = -2  # not a frame header at all
             if not 0 <= claimed <= limit:
                 detail = (
                     "not a zstd frame with its content size"
