@@ -31,7 +31,9 @@ from typing import Any
 
 ORDER = ("bench-io", "bench-pack", "bench-shuffle", "bench-mix", "bench-scaling", "bench-transfer")
 """One section per ``make`` target, in page order."""
-KINDS = {"bench-io": ("bench-io-workers-0", "bench-io-images", "bench-io-remote", "bench-io-cold")}
+KINDS = {
+    "bench-io": ("bench-io-workers-0", "bench-io-images", "bench-io-remote", "bench-io-cold", "bench-io-text")
+}
 """Sections of other kinds of runs of a target (``--workers 0``, ``--profile images``, ``--remote``,
 ``--cold``), each right after its target's own, so one kind of run never replaces another's figures."""
 SECTIONS = tuple(name for target in ORDER for name in (target, *KINDS.get(target, ())))

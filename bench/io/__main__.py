@@ -28,6 +28,7 @@ from bench.io import (
     remote_contenders,
     report,
     targets,
+    text_profile,
 )
 from bench.io.image_contenders import DATA_NAMES, IMAGE_NAMES
 from bench.io.remote import DEFAULT_BANDWIDTH, DEFAULT_LATENCY_S
@@ -39,9 +40,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.io", description=__doc__.split("\n")[0])
     p.add_argument(
         "--profile",
-        choices=["small", "large", "both", "images"],
+        choices=["small", "large", "both", "images", "text"],
         default="both",
-        help="images: the image profiles (images: ImageNet-size photos, images-large: camera-size photos)",
+        help="images: the image profiles (images: ImageNet-size photos, images-large: camera-size photos); "
+        "text: JSON records and token arrays stored with and without --compress zstd",
     )
     p.add_argument(
         "--data",
@@ -98,6 +100,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--cache", type=Path, help="data cache, reused by fingerprint (default bench-results/cache)"
     )
     args = p.parse_args(argv)
+    if args.profile == "text":
+        _check_numbers(p, args)
+        return _resolved(args)
     images = args.profile == "images" or args.data is not None
     if images:
         _check_images(p, args)
@@ -164,6 +169,10 @@ def _resolved(args: argparse.Namespace) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)  # the main process shares the cores with the workers, as in real training
+    if args.profile == "text":
+        if args.docs and args.workers != DEFAULT_WORKERS:
+            raise SystemExit(f"--docs keeps the text section for --workers {DEFAULT_WORKERS}")
+        return text_profile.main(args, argv)
     section = _kind(args) if args.docs and args.data is None else None  # before measuring: it may refuse
     if args.data is not None:
         meta, results = image_profiles.run_data(args)
