@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import zstandard
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
@@ -277,11 +278,50 @@ class FieldCodecs:
         if not frames:
             return column
         limit = self.codecs[name].max_bytes
-        decompressor = self._decompressors[name]
-        present = [i for i, frame in enumerate(frames) if frame is not None]
-        stored: list[bytes | bytearray | memoryview] = [frame for frame in frames if frame is not None]
-        claims = []
-        for i, frame in zip(present, stored, strict=True):
+        whole = None not in frames
+        present = range(len(frames)) if whole else [i for i, frame in enumerate(frames) if frame is not None]
+        stored: list[Any] = frames if whole else [frames[i] for i in present]
+        claims = self._claims(
+            name, stored, limit, lambda k, detail: (present[k], detail), keys, shard, indexes
+        )
+        ends = np.cumsum(claims, dtype=np.int64)
+        made: list[bytes] = []
+        start = 0
+        while start < len(stored):  # groups claiming at most DECODE_CHUNK_BYTES (one frame at least)
+            before = int(ends[start - 1]) if start else 0
+            stop = max(start + 1, int(np.searchsorted(ends, before + DECODE_CHUNK_BYTES, side="right")))
+            made += self._group(name, stored, start, stop, limit, present, keys, shard, indexes)
+            start = stop
+        if whole and int(ends[-1]) <= ARROW_MAX_MEAN_BYTES * len(frames):
+            import pyarrow
+
+            return pyarrow.array(made, type=pyarrow.large_binary())
+        if whole:
+            return made
+        decoded: list[bytes | None] = [None] * len(frames)
+        for i, value in zip(present, made, strict=True):
+            decoded[i] = value
+        return decoded
+
+    def _claims(
+        self,
+        name: str,
+        stored: list[Any],
+        limit: int,
+        where: Callable[[int, str], tuple[int, str]],
+        keys: Sequence[str],
+        shard: str | Sequence[str],
+        indexes: Sequence[int] | None,
+    ) -> list[int]:
+        """The content size each frame's header claims, checked against ``limit`` before anything is
+        allocated for it: a frame without one, or claiming more, is an error."""
+        try:
+            claims = [zstandard.frame_content_size(frame) for frame in stored]
+            if min(claims) >= 0 and max(claims) <= limit:
+                return claims
+        except zstandard.ZstdError:
+            pass
+        for k, frame in enumerate(stored):  # find the first bad one
             try:
                 claimed = zstandard.frame_content_size(frame)
             except zstandard.ZstdError:
@@ -292,41 +332,45 @@ class FieldCodecs:
                     if claimed < 0
                     else f"its frame claims {claimed:,} bytes, more than the bound {limit:,}"
                 )
-                raise self._error(name, i, keys, shard, indexes, detail)
-            claims.append(claimed)
-        decoded: list[bytes | None] = [None] * len(frames)
-        start = 0
-        while start < len(present):
-            stop, total = start, 0
-            while stop < len(present) and (stop == start or total + claims[stop] <= DECODE_CHUNK_BYTES):
-                total += claims[stop]
-                stop += 1
-            try:
-                made = decompressor.multi_decompress_to_buffer(stored[start:stop])
-                for k in range(stop - start):
-                    decoded[present[start + k]] = made[k].tobytes()
-            except zstandard.ZstdError:
-                for k in range(start, stop):  # find the bad one
-                    try:
-                        decoded[present[k]] = decompressor.decompress(stored[k], max_output_size=limit)
-                    except zstandard.ZstdError as exc:
-                        detail = f"bad zstd frame: {exc}"
-                        raise self._error(name, present[k], keys, shard, indexes, detail) from None
-            start = stop
-        if len(present) == len(frames) and sum(claims) <= ARROW_MAX_MEAN_BYTES * len(frames):
-            import pyarrow
+                raise self._error(name, *where(k, detail), keys, shard, indexes)
+        raise AssertionError("unreachable: a frame failed the check")  # pragma: no cover
 
-            return pyarrow.array(decoded, type=pyarrow.large_binary())
-        return decoded
+    def _group(
+        self,
+        name: str,
+        stored: list[Any],
+        start: int,
+        stop: int,
+        limit: int,
+        present: Sequence[int],
+        keys: Sequence[str],
+        shard: str | Sequence[str],
+        indexes: Sequence[int] | None,
+    ) -> list[bytes]:
+        """Frames ``stored[start:stop]`` decompressed together (python-zstandard's batch call); where one
+        fails, one by one to name it."""
+        decompressor = self._decompressors[name]
+        try:
+            batch = decompressor.multi_decompress_to_buffer(stored[start:stop])
+            return [batch[k].tobytes() for k in range(len(batch))]
+        except zstandard.ZstdError:
+            pass
+        made = []
+        for k in range(start, stop):
+            try:
+                made.append(decompressor.decompress(stored[k], max_output_size=limit))
+            except zstandard.ZstdError as exc:
+                raise self._error(name, present[k], f"bad zstd frame: {exc}", keys, shard, indexes) from None
+        return made
 
     def _error(
         self,
         name: str,
         i: int,
+        detail: str,
         keys: Sequence[str],
         shard: str | Sequence[str],
         indexes: Sequence[int] | None,
-        detail: str,
     ) -> CompressedFieldError:
         where = shard if isinstance(shard, str) else shard[i]
         index = None if indexes is None else indexes[i]
