@@ -231,6 +231,12 @@ def test_frames_are_bounded_and_named() -> None:
         codecs(max_bytes=10).decode_columns(keys, {"json": frames}, "s.tar")
     with pytest.raises(CompressedFieldError, match=r"s\.tar, sample 12: field 'json' of sample 'b'"):
         codecs().decode_columns(keys, {"json": [frames[0], frames[1][:-4], frames[2]]}, "s.tar", [11, 12, 13])
+    with pytest.raises(CompressedFieldError, match=r"sample 'c'"):  # a value holding two frames
+        codecs().decode_columns(keys, {"json": [frames[0], frames[1], frames[2] + frames[0]]}, "s.tar")
+    assert codecs().decode_columns(["a", "b"], {"json": [frames[0], None]}, "s.tar")["json"] == [
+        record(0),
+        None,
+    ]
     unsized = zstandard.ZstdCompressor(write_content_size=False).compressobj()
     with pytest.raises(CompressedFieldError, match="content size"):
         codecs().decode_columns(["a"], {"json": [unsized.compress(b"x" * 100) + unsized.flush()]}, "s.tar")

@@ -285,17 +285,24 @@ class FieldCodecs:
             name, stored, limit, lambda k, detail: (present[k], detail), keys, shard, indexes
         )
         ends = np.cumsum(claims, dtype=np.int64)
-        made: list[bytes] = []
+        groups = []
         start = 0
         while start < len(stored):  # groups claiming at most DECODE_CHUNK_BYTES (one frame at least)
             before = int(ends[start - 1]) if start else 0
             stop = max(start + 1, int(np.searchsorted(ends, before + DECODE_CHUNK_BYTES, side="right")))
-            made += self._group(name, stored, start, stop, limit, present, keys, shard, indexes)
+            total = int(ends[stop - 1]) - before
+            groups.append(self._group(name, stored, start, stop, total, limit, present, keys, shard, indexes))
             start = stop
-        if whole and int(ends[-1]) <= ARROW_MAX_MEAN_BYTES * len(frames):
+        data = groups[0] if len(groups) == 1 else b"".join(groups)
+        offsets = np.concatenate([[0], ends])
+        if whole and int(ends[-1]) <= ARROW_MAX_MEAN_BYTES * len(frames):  # as the readers cut small values
             import pyarrow
 
-            return pyarrow.array(made, type=pyarrow.large_binary())
+            pieces = [None, pyarrow.py_buffer(offsets), pyarrow.py_buffer(data)]
+            return pyarrow.LargeBinaryArray.from_buffers(pyarrow.large_binary(), len(frames), pieces)
+        view = memoryview(data)
+        spans = zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)
+        made = [bytes(view[first:last]) for first, last in spans]
         if whole:
             return made
         decoded: list[bytes | None] = [None] * len(frames)
@@ -341,27 +348,38 @@ class FieldCodecs:
         stored: list[Any],
         start: int,
         stop: int,
+        total: int,
         limit: int,
         present: Sequence[int],
         keys: Sequence[str],
         shard: str | Sequence[str],
         indexes: Sequence[int] | None,
-    ) -> list[bytes]:
-        """Frames ``stored[start:stop]`` decompressed together (python-zstandard's batch call); where one
-        fails, one by one to name it."""
+    ) -> bytes | bytearray:
+        """Frames ``stored[start:stop]``, which claim ``total`` bytes, decompressed back to back into one
+        buffer of that size (one streaming call across the frames; zstd checks each frame's output
+        against the size its header claims). Anything else (an error, more output than claimed) is
+        found again frame by frame, which names the bad frame."""
         decompressor = self._decompressors[name]
+        joined = b"".join(stored[start:stop])
+        out = bytearray(total)
         try:
-            batch = decompressor.multi_decompress_to_buffer(stored[start:stop])
-            return [batch[k].tobytes() for k in range(len(batch))]
+            reader = decompressor.stream_reader(joined, read_size=len(joined) + 1, read_across_frames=True)
+            view, filled = memoryview(out), 0
+            while filled < total and (count := reader.readinto(view[filled:])):
+                filled += count
+            if filled == total and not reader.read(1):
+                return out
         except zstandard.ZstdError:
             pass
         made = []
         for k in range(start, stop):
             try:
-                made.append(decompressor.decompress(stored[k], max_output_size=limit))
+                made.append(decompressor.decompress(stored[k], max_output_size=limit, allow_extra_data=False))
             except zstandard.ZstdError as exc:
                 raise self._error(name, present[k], f"bad zstd frame: {exc}", keys, shard, indexes) from None
-        return made
+        if sum(map(len, made)) != total:  # pragma: no cover - zstd checks each frame against its claim
+            raise self._error(name, present[start], "frames disagree with their sizes", keys, shard, indexes)
+        return b"".join(made)
 
     def _error(
         self,
