@@ -61,8 +61,9 @@ class WindowReader:
                 shards = np.repeat([run.shard_index for run in runs], lengths)[order].tolist()
                 if codecs is not None:
                     indexes = np.concatenate([np.arange(run.start, run.stop) for run in runs])[order]
-                    names = [self.shard_paths[shard] for shard in shards]
-                    fields = codecs.decode_columns(joined[0], joined[1], names, indexes.tolist())
+                    paths = np.asarray(self.shard_paths, dtype=object)
+                    names = paths[np.repeat([run.shard_index for run in runs], lengths)[order]]
+                    fields = codecs.decode_columns(joined[0], joined[1], names, indexes)
                     joined = (joined[0], fields)
         except DataError:
             if self.on_error == "raise":

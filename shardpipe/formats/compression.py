@@ -253,13 +253,14 @@ class FieldCodecs:
         self,
         keys: Sequence[str],
         fields: Mapping[str, ByteColumn],
-        shard: str | Sequence[str],
-        indexes: Sequence[int] | None = None,
+        shard: str | Sequence[str] | np.ndarray,
+        indexes: Sequence[int] | np.ndarray | None = None,
     ) -> dict[str, ByteColumn]:
         """``fields`` (name -> :mod:`~shardpipe.formats.bytecolumn` column, ``keys[i]`` sample i's key)
         with the compressed ones decompressed; the others are passed through as they are. ``shard`` names
-        the shard the samples were read from (or each sample's shard), ``indexes`` their positions in it,
-        for errors. Small values come back as an Arrow array, as the readers cut them."""
+        the shard the samples were read from (or each sample's shard: a sequence or a NumPy array),
+        ``indexes`` their positions in it (a sequence or an array), for errors. Small values come back as
+        an Arrow array, as the readers cut them."""
         out = dict(fields)
         for name, column in fields.items():
             if name in self._decompressors:
@@ -271,8 +272,8 @@ class FieldCodecs:
         name: str,
         column: ByteColumn,
         keys: Sequence[str],
-        shard: str | Sequence[str],
-        indexes: Sequence[int] | None,
+        shard: str | Sequence[str] | np.ndarray,
+        indexes: Sequence[int] | np.ndarray | None,
     ) -> ByteColumn:
         frames = values(column)
         if not frames:
@@ -317,8 +318,8 @@ class FieldCodecs:
         limit: int,
         where: Callable[[int, str], tuple[int, str]],
         keys: Sequence[str],
-        shard: str | Sequence[str],
-        indexes: Sequence[int] | None,
+        shard: str | Sequence[str] | np.ndarray,
+        indexes: Sequence[int] | np.ndarray | None,
     ) -> list[int]:
         """The content size each frame's header claims, checked against ``limit`` before anything is
         allocated for it: a frame without one, or claiming more, is an error."""
@@ -352,8 +353,8 @@ class FieldCodecs:
         limit: int,
         present: Sequence[int],
         keys: Sequence[str],
-        shard: str | Sequence[str],
-        indexes: Sequence[int] | None,
+        shard: str | Sequence[str] | np.ndarray,
+        indexes: Sequence[int] | np.ndarray | None,
     ) -> bytes | bytearray:
         """Frames ``stored[start:stop]``, which claim ``total`` bytes, decompressed back to back into one
         buffer of that size (one streaming call across the frames; zstd checks each frame's output
@@ -387,11 +388,11 @@ class FieldCodecs:
         i: int,
         detail: str,
         keys: Sequence[str],
-        shard: str | Sequence[str],
-        indexes: Sequence[int] | None,
+        shard: str | Sequence[str] | np.ndarray,
+        indexes: Sequence[int] | np.ndarray | None,
     ) -> CompressedFieldError:
-        where = shard if isinstance(shard, str) else shard[i]
-        index = None if indexes is None else indexes[i]
+        where = shard if isinstance(shard, str) else str(shard[i])
+        index = None if indexes is None else int(indexes[i])
         key = keys[i] if i < len(keys) else "?"
         message = f"field {name!r} of sample {key!r} does not decompress: {detail}"
         error = CorruptShardError.at(where, message, sample_index=index)
