@@ -180,6 +180,22 @@ def test_read_from_s3(
     assert read_batches(ShardedDataset(s3_root, shuffle=False, remote=remote)) == expected
 
 
+def test_pack_to_s3(
+    source: tuple[Path, dict[str, dict[str, bytes]]], tmp_path: Path, s3: S3Server, s3_root: str
+) -> None:
+    """Dictionaries go to the bucket beside the manifest; the bucket holds the local pack's bytes."""
+    src, expected = source
+    local = packed(src, tmp_path / "local", "tfrecord")
+    options = s3.storage_options()
+    opts = PackOptions(format="tfrecord", max_samples=16, compress="zstd:5", workers=2)
+    pack(src, s3_root, opts, quiet=True, storage_options=options)
+    store = open_store(s3_root, storage_options=options)
+    assert {key: store.read(key) for key in store.list_keys()} == files(local)
+    remote = RemoteOptions(storage_options=options, cache_dir=tmp_path / "cache")
+    assert read_batches(ShardedDataset(s3_root, shuffle=False, remote=remote)) == expected
+    assert verify(s3_root, quiet=True, storage_options=options) == []
+
+
 def damage_first_frame(shard: Path) -> None:
     data = bytearray(shard.read_bytes())
     at = data.find(b"\x28\xb5\x2f\xfd")  # zstd's frame magic

@@ -119,7 +119,9 @@ def _pack_items(
         compression = plan_compression(
             spec, outputs.fields, options.compress_fields, samples, options.max_bytes, target.store
         )
-    args = (target.store, options.format, None if compression is None else compression.compressor)
+    args: tuple[Any, ...] = (target.store, options.format)
+    if compression is not None:
+        args += (compression.compressor,)
     entries, num_written, num_reused = write_all(
         jobs, write_mapped_shard, args, target, prepared, executor, options, quiet
     )

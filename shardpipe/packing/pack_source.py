@@ -113,8 +113,9 @@ def _pack(
                 spec, fields, options.compress_fields, samples, options.max_bytes, target.store
             )
         write: Callable[..., ShardEntry] = write_shard
-        compressor = None if compression is None else compression.compressor
-        args: tuple[Any, ...] = (target.store, options.format, storage_options, compressor)
+        args: tuple[Any, ...] = (target.store, options.format, storage_options)
+        if compression is not None:  # passed only when there is one: the task's other callers are unchanged
+            args += (compression.compressor,)
     else:
         map_args = (target.store, options.format, transform, options.on_error, storage_options)
         mapped = map_all(pieces, target, prepared, executor, quiet, map_args)
@@ -132,8 +133,9 @@ def _pack(
             compression = plan_compression(
                 spec, fields, options.compress_fields, samples, options.max_bytes, target.store
             )
-        compressor = None if compression is None else compression.compressor
-        write, args = write_mapped_shard, (target.store, options.format, compressor)
+        write, args = write_mapped_shard, (target.store, options.format)
+        if compression is not None:
+            args += (compression.compressor,)
     entries, num_written, num_reused = write_all(
         jobs, write, args, target, prepared, executor, options, quiet
     )
