@@ -289,3 +289,16 @@ def test_cli_usage_errors_and_a_pack(
     )
     assert result.exit_code == 0, result.output
     assert load_manifest(tmp_path / "ok").compression["json"].level == 7
+
+
+def test_decoders_serve_threads() -> None:
+    """A random-access batch reads its remote shards in threads: each thread gets its own zstd context."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    frames = [zstandard.ZstdCompressor().compress(record(i)) for i in range(200)]
+    shared, keys = codecs(), [str(i) for i in range(200)]
+    with ThreadPoolExecutor(4) as pool:
+        found = list(
+            pool.map(lambda _: shared.decode_columns(keys, {"json": frames}, "s")["json"], range(16))
+        )
+    assert all(column.to_pylist() == [record(i) for i in range(200)] for column in found)

@@ -19,6 +19,7 @@ Part of the shared core: the pack stage compresses with it and the loaders decom
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -211,12 +212,20 @@ class FieldCodecs:
 
     def __init__(self, codecs: Mapping[str, FieldCodec], dictionaries: Mapping[str, bytes | None]) -> None:
         self.codecs = dict(codecs)
-        self._decompressors = {
-            name: zstandard.ZstdDecompressor(
-                dict_data=None if dictionaries.get(name) is None else _dictionary(dictionaries[name], name)
+        self._dictionaries = {name: dictionaries.get(name) for name in self.codecs}
+        self._local = threading.local()  # a zstd context serves one thread at a time: one per thread
+
+    def _decompressor(self, name: str) -> Any:
+        """This thread's decompressor of field ``name``, made on first use."""
+        made: dict[str, Any] | None = getattr(self._local, "decompressors", None)
+        if made is None:
+            made = self._local.decompressors = {}
+        if name not in made:
+            data = self._dictionaries[name]
+            made[name] = zstandard.ZstdDecompressor(
+                dict_data=None if data is None else _dictionary(data, name)
             )
-            for name in self.codecs
-        }
+        return made[name]
 
     @classmethod
     def load(
@@ -263,7 +272,7 @@ class FieldCodecs:
         an Arrow array, as the readers cut them."""
         out = dict(fields)
         for name, column in fields.items():
-            if name in self._decompressors:
+            if name in self.codecs:
                 out[name] = self._decode(name, column, keys, shard, indexes)
         return out
 
@@ -360,7 +369,7 @@ class FieldCodecs:
         buffer of that size (one streaming call across the frames; zstd checks each frame's output
         against the size its header claims). Anything else (an error, more output than claimed) is
         found again frame by frame, which names the bad frame."""
-        decompressor = self._decompressors[name]
+        decompressor = self._decompressor(name)
         joined = b"".join(stored[start:stop])
         out = bytearray(total)
         try:
