@@ -162,9 +162,8 @@ class ShardedMapDataset(Dataset[Sample]):
             group = by_shard[first : first + MAX_OPEN_SHARDS]
             with ThreadPoolExecutor(min(len(group), REMOTE_THREADS)) as pool:
                 windows = [Window(shard_runs, None) for shard_runs in group]
-                for (
-                    shard_runs
-                ) in group:  # open readers (and fetch indexes) here: the readers' table is not shared
+                self._readers.codecs  # noqa: B018 (loaded here once, not by racing threads)
+                for shard_runs in group:  # opened here: the threads only look readers up
                     self._readers.open(shard_runs[0].shard_index)
                 pieces += pool.map(lambda w: reader.read_window(w, np.arange(len(w))), windows)
         return Columns.concat(self.manifest.fields, pieces).take(inverse.tolist())

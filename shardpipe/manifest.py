@@ -29,6 +29,7 @@ from typing import Any
 
 from shardpipe.errors import DataError
 from shardpipe.formats import FORMAT_INFO, FORMAT_NAMES
+from shardpipe.formats.compression import FieldCodec
 from shardpipe.formats.terms import CHECKSUM_NAME, INDEX_VERSION, INDEX_VERSIONS
 from shardpipe.storage import ObjectNotFoundError, Store, open_store, redact_url, split_url
 from shardpipe.version import __version__
@@ -109,6 +110,9 @@ class Manifest:
     """The index files' column layout (:mod:`shardpipe.formats.layout`)."""
     sample_checksum: str | None = CHECKSUM_NAME
     """The per-sample checksum stored in indexes and LMDB records; ``None`` when samples have none."""
+    compression: dict[str, FieldCodec] = field(default_factory=dict)
+    """The fields stored compressed, each with its codec, level, bound and dictionary
+    (:mod:`shardpipe.formats.compression`); checksums cover the stored (compressed) bytes."""
 
     def split_shards(self, split: str) -> tuple[ShardEntry, ...]:
         if split not in self.splits:
@@ -130,6 +134,11 @@ class Manifest:
             **({"order": self.order} if self.order else {}),
             **({"job": self.job} if self.job else {}),
             **({"skipped": self.skipped} if self.skipped else {}),
+            **(
+                {"compression": {name: c.to_json() for name, c in self.compression.items()}}
+                if self.compression
+                else {}
+            ),
             "splits": {
                 name: {
                     "samples": sum(s.num_samples for s in shards),
@@ -188,9 +197,16 @@ class Manifest:
             checksum = data["sample_checksum"]
             if checksum not in (CHECKSUM_NAME, None):
                 raise ValueError(f"sample_checksum {checksum!r} is not {CHECKSUM_NAME!r}")
+        compression = {
+            name: FieldCodec.from_json(codec, name)
+            for name, codec in _expect(data.get("compression", {}), dict, "compression").items()
+        }
+        if unknown := [name for name in compression if name not in fields]:
+            raise ValueError(f"compression names {unknown[0]!r}, not one of the fields")
         return cls(
             format=fmt,
             fields=fields,
+            compression=compression,
             splits=splits,
             split_rule=_expect(data["split_rule"], dict, "split_rule"),
             source=_expect(data.get("source", {}), dict, "source"),

@@ -316,3 +316,20 @@ def test_a_pack_with_a_map_on_ray_equals_the_local_pack(
     assert (
         on_ray.manifest == local.manifest and sum(s.num_samples for s in local.manifest.splits["train"]) == 80
     )
+
+
+def test_a_compressed_pack_on_ray_equals_the_local_pack(executor: RayExecutor, tmp_path: Path) -> None:
+    """The dictionaries are trained in the driver from a sample fixed by the plan: Ray tasks compress
+    with the same ones, and the shards, dictionaries and manifest are the local pack's bytes."""
+    make_tree(tmp_path / "src", 40, fields=("json", "txt"))
+    opts = PackOptions(format="lmdb", max_samples=12, compress="zstd:3")
+    local = pack(tmp_path / "src", tmp_path / "local", opts, quiet=True)
+    on_ray = pack(tmp_path / "src", tmp_path / "ray", opts, quiet=True, executor=executor)
+    assert {
+        p.relative_to(tmp_path / "local"): p.read_bytes()
+        for p in (tmp_path / "local").rglob("*")
+        if p.is_file()
+    } == {
+        p.relative_to(tmp_path / "ray"): p.read_bytes() for p in (tmp_path / "ray").rglob("*") if p.is_file()
+    }
+    assert on_ray.manifest == local.manifest and set(local.manifest.compression) == {"json", "txt"}

@@ -29,6 +29,7 @@ from bench.io import (
     remote_contenders,
     report,
     targets,
+    text_profile,
 )
 from bench.io.image_contenders import DATA_NAMES, IMAGE_NAMES
 from bench.io.remote import DEFAULT_BANDWIDTH, DEFAULT_LATENCY_S
@@ -40,10 +41,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.io", description=__doc__.split("\n")[0])
     p.add_argument(
         "--profile",
-        choices=["small", "large", "both", "images", "random"],
+        choices=["small", "large", "both", "images", "random", "text"],
         default="both",
         help="images: the image profiles (images: ImageNet-size photos, images-large: camera-size photos); "
-        "random: random gets by position, local and from S3 (bench.io.random_access)",
+        "random: random gets by position, local and from S3 (bench.io.random_access); "
+        "text: JSON records and token arrays stored with and without --compress zstd",
     )
     p.add_argument(
         "--data",
@@ -100,7 +102,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--cache", type=Path, help="data cache, reused by fingerprint (default bench-results/cache)"
     )
     args = p.parse_args(argv)
-    if args.profile == "random":
+    if args.profile in ("random", "text"):
         _check_numbers(p, args)
         return _resolved(args)
     images = args.profile == "images" or args.data is not None
@@ -171,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # the main process shares the cores with the workers, as in real training
     if args.profile == "random":
         return random_access.main(args)
+    if args.profile == "text":
+        if args.docs and args.workers != DEFAULT_WORKERS:
+            raise SystemExit(f"--docs keeps the text section for --workers {DEFAULT_WORKERS}")
+        return text_profile.main(args, argv)
     section = _kind(args) if args.docs and args.data is None else None  # before measuring: it may refuse
     if args.data is not None:
         meta, results = image_profiles.run_data(args)

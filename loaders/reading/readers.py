@@ -18,8 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from loaders.planning.planner import Run
+from loaders.reading.compression import field_codecs
 from loaders.reading.source import DatasetSource
 from shardpipe.formats.base import Format, ShardReader
+from shardpipe.formats.compression import FieldCodecs
 from shardpipe.formats.layout import ShardIndex
 from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.formats.terms import ColumnsOut
@@ -57,6 +59,16 @@ class ShardReaders:
         self._open: OrderedDict[int, ShardReader] = OrderedDict()
         self._indexes: OrderedDict[int, ShardIndex | None] = OrderedDict()
         self._thread = threading.local()  # random access reads a batch's remote shards in threads
+        self._codecs: FieldCodecs | None = None
+        self._codecs_loaded = False
+
+    @property
+    def codecs(self) -> FieldCodecs | None:
+        """The decoders of the dataset's compressed fields, loaded on first use in this process."""
+        if not self._codecs_loaded:
+            self._codecs = field_codecs(self._source)
+            self._codecs_loaded = True
+        return self._codecs
 
     @contextmanager
     def reading(self, shard_index: int) -> Iterator[ShardReader]:

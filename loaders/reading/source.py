@@ -83,6 +83,12 @@ class DatasetSource:
             data, entry.num_samples, fields, version=version, sha256=sha256, name=name
         )
 
+    def read_file(self, relpath: str) -> bytes:
+        """A small file of the dataset (a compression dictionary), read whole, local or remote."""
+        if self._store is None:
+            return (self.root / relpath).read_bytes()
+        return self._store.read(relpath)
+
     @contextmanager
     def shard(self, entry: ShardEntry) -> Iterator[Path]:
         """A local file holding the shard's bytes while the block runs (a remote one is a verified copy)."""

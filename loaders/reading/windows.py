@@ -53,16 +53,24 @@ class WindowReader:
         """The window's samples at ``order`` (positions in read order): all its shards read together and
         cut out in that order when the format can (``Format.read_across``), else shard by shard."""
         runs = window.runs
+        codecs = self.readers.codecs
         try:
             joined = self.readers.read_window(runs, self.fields, order)
+            if joined is not None:
+                lengths = [run.stop - run.start for run in runs]
+                shards = np.repeat([run.shard_index for run in runs], lengths)[order].tolist()
+                if codecs is not None:
+                    indexes = np.concatenate([np.arange(run.start, run.stop) for run in runs])[order]
+                    paths = np.asarray(self.shard_paths, dtype=object)
+                    names = paths[np.repeat([run.shard_index for run in runs], lengths)[order]]
+                    fields = codecs.decode_columns(joined[0], joined[1], names, indexes)
+                    joined = (joined[0], fields)
         except DataError:
             if self.on_error == "raise":
                 raise
             joined = None  # shard by shard below, which finds the bad samples
         if joined is not None:
-            lengths = [run.stop - run.start for run in runs]
             pads = np.repeat([bool(run.is_pad) for run in runs], lengths)[order].tolist()
-            shards = np.repeat([run.shard_index for run in runs], lengths)[order].tolist()
             return Columns(self.fields, joined[0], joined[1], pads, shards)
         pieces: list[Columns] = []
         bad: list[int] = []
@@ -96,6 +104,9 @@ class WindowReader:
                 f"{self.shard_paths[shard_index]}: read {len(keys)} samples, expected {expected}; truncated? "
                 "run `shardpipe verify`"
             )
+        if (codecs := self.readers.codecs) is not None:
+            indexes = [i for run in group for i in range(run.start, run.stop)]
+            fields = codecs.decode_columns(keys, fields, self.shard_paths[shard_index], indexes)
         pads = [bool(run.is_pad) for run in group for _ in range(run.stop - run.start)]
         return Columns(self.fields, keys, fields, pads, [shard_index] * len(pads))
 

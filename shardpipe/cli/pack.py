@@ -140,6 +140,18 @@ from shardpipe.units import parse_size
     help="JPEG/WebP quality of the shrunk images (default 90). Needs --image-max-side.",
 )
 @click.option(
+    "--compress",
+    metavar="zstd[:LEVEL]",
+    help="Store fields compressed per sample with zstd (level 1-22, default 3), a dictionary trained per "
+    "field for small records; fields of compressed kinds (jpg, png, mp4, gz, ...) are left alone.",
+)
+@click.option(
+    "--compress-fields",
+    default="",
+    metavar="F1,F2",
+    help="The fields --compress compresses (default: every field not of a compressed kind).",
+)
+@click.option(
     "--resume",
     is_flag=True,
     help="Continue an interrupted pack of the same job: keep finished shards, redo the rest. On a finished "
@@ -171,6 +183,8 @@ def pack(
     on_error: Literal["raise", "skip"],
     image_max_side: int | None,
     image_quality: int | None,
+    compress: str | None,
+    compress_fields: str,
     resume: bool,
     overwrite: bool,
     quiet: bool,
@@ -218,6 +232,8 @@ def pack(
         on_error=on_error,
         image_max_side=image_max_side,
         image_quality=image_quality,
+        compress=compress,
+        compress_fields=tuple(f for f in compress_fields.split(",") if f),
         resume=resume,
         overwrite=overwrite,
     )

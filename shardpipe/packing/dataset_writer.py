@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 from shardpipe.errors import UsageError
 from shardpipe.formats import format_info
+from shardpipe.formats.compression import SAMPLE_BYTES, SAMPLE_COUNT, parse_compress
 from shardpipe.manifest import Manifest, ShardEntry
+from shardpipe.packing.compressing import Compression, plan_compression
 from shardpipe.packing.output import Job, Output
 from shardpipe.packing.plan import SampleTooLargeError
 from shardpipe.packing.samples import SampleError, check_sample
@@ -48,7 +50,11 @@ class DatasetWriter:
         max_bytes: int | None = DEFAULT_MAX_BYTES,
         overwrite: bool = False,
         storage_options: Mapping[str, Any] | None = None,
+        compress: str | None = None,
+        compress_fields: Sequence[str] = (),
     ) -> None:
+        """``compress`` and ``compress_fields`` as :class:`~shardpipe.packing.PackOptions`' (the
+        dictionaries are trained on the first samples written, held until then)."""
         self._suffix = format_info(format).suffix
         self.format, self.split = format, check_split_name(split)
         for name, limit in (("max_samples", max_samples), ("max_bytes", max_bytes)):
@@ -57,7 +63,21 @@ class DatasetWriter:
         self.max_samples, self.max_bytes = max_samples, max_bytes
         store = open_writable_store(as_location(out), storage_options=storage_options, action="write to")
         self._output = Output(store)
-        self._job_options = {"format": format, "max_samples": max_samples, "max_bytes": max_bytes}
+        self._job_options: dict[str, Any] = {
+            "format": format,
+            "max_samples": max_samples,
+            "max_bytes": max_bytes,
+        }
+        self._spec = parse_compress(compress)
+        self._compress_fields = tuple(compress_fields)
+        if self._compress_fields and self._spec is None:
+            raise UsageError("compress_fields names the fields to compress: give compress too")
+        if self._spec is not None:
+            self._job_options["compress"] = self._spec.to_json()
+            self._job_options["compress_fields"] = list(self._compress_fields)
+        self._compression: Compression | None = None
+        self._pending: list[tuple[str, str, dict[str, bytes], int]] | None = [] if self._spec else None
+        self._pending_bytes = 0
         self._output.prepare(
             Job("python-writer", self._job_options, "python"), resume=False, overwrite=overwrite
         )
@@ -87,10 +107,31 @@ class DatasetWriter:
         size = sum(map(len, fields.values()))
         if self.max_bytes is not None and size > self.max_bytes:
             raise SampleTooLargeError.of(key, size, self.max_bytes)
-        shard, held = self._shard(split, size)
-        shard.add(key, [fields[name] for name in names], size)
-        self._open[split] = (shard, held + size)
         self._keys.add(key)
+        if self._pending is not None:  # held until the compression dictionaries are trained on them
+            self._pending.append((split, key, fields, size))
+            self._pending_bytes += size
+            if len(self._pending) >= SAMPLE_COUNT or self._pending_bytes >= SAMPLE_BYTES:
+                self._start_compression()
+            return
+        self._add(split, key, fields, size)
+
+    def _add(self, split: str, key: str, fields: dict[str, bytes], size: int) -> None:
+        shard, held = self._shard(split, size)
+        shard.add(key, [fields[name] for name in shard.fields], size)
+        self._open[split] = (shard, held + size)
+
+    def _start_compression(self) -> None:
+        """Train the dictionaries on the samples held, then write those samples."""
+        pending, self._pending = self._pending or [], None
+        if self._spec is None or self._fields is None:
+            return
+        samples = {name: [fields[name] for _, _, fields, _ in pending] for name in self._fields}
+        self._compression = plan_compression(
+            self._spec, self._fields, self._compress_fields, samples, self.max_bytes, self._output.store
+        )
+        for split, key, fields, size in pending:
+            self._add(split, key, fields, size)
 
     def _shard(self, split: str, size: int) -> tuple[ShardFile, int]:
         """The split's shard that takes a sample of ``size`` bytes: the open one, or a new one after it is
@@ -103,7 +144,9 @@ class DatasetWriter:
             self._finish(split)
         entries = self._entries.setdefault(split, [])
         relpath = f"{split}/shard-{len(entries):06d}{self._suffix}"
-        return ShardFile(relpath, self._output.store, self.format, self._fields or ()), 0
+        compressor = None if self._compression is None else self._compression.compressor
+        fields = self._fields or ()
+        return ShardFile(relpath, self._output.store, self.format, fields, compressor=compressor), 0
 
     def _finish(self, split: str) -> None:
         shard, _ = self._open.pop(split)
@@ -117,6 +160,8 @@ class DatasetWriter:
             return self.manifest
         if not self._keys:
             raise UsageError("nothing was written: a dataset needs at least one sample")
+        if self._pending is not None:
+            self._start_compression()
         for split in list(self._open):
             self._finish(split)
         self._closed = True
@@ -134,6 +179,7 @@ class DatasetWriter:
             shard_limits={"max_samples": self.max_samples, "max_bytes": self.max_bytes},
             order={"method": "written", "rule": "the order samples were written in"},
             job=job.to_json(),
+            compression={} if self._compression is None else self._compression.codecs,
         )
         self._output.commit(self.manifest)
         return self.manifest

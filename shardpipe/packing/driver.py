@@ -12,6 +12,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
+from shardpipe.formats.compression import FieldCodec
 from shardpipe.manifest import Manifest, ShardEntry
 from shardpipe.packing.engine import run_tasks
 from shardpipe.packing.mapping.pieces import MappedPiece, map_piece, skipped_record
@@ -45,6 +46,7 @@ def job_manifest(
     mapped: Sequence[MappedPiece],
     *,
     classes: tuple[str, ...] | None = None,
+    compression: dict[str, FieldCodec] | None = None,
 ) -> Manifest:
     """The manifest of a finished job: its shards by split in plan order, and every rule it followed."""
     splits = {
@@ -62,6 +64,7 @@ def job_manifest(
         order=options.order_rule(),
         job=job.to_json(),
         skipped=skipped_record(mapped),
+        compression=compression or {},
     )
 
 

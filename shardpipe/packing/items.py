@@ -29,10 +29,12 @@ import numpy as np
 
 from shardpipe.errors import UsageError
 from shardpipe.formats import format_info
+from shardpipe.formats.compression import SAMPLE_COUNT
+from shardpipe.packing.compressing import plan_compression
 from shardpipe.packing.driver import PackResult, job_manifest, map_all, write_all
 from shardpipe.packing.engine import local_pool
 from shardpipe.packing.mapping.pieces import MapPiece, staged_path
-from shardpipe.packing.mapping.shards import Outputs, plan_mapped_shards, write_mapped_shard
+from shardpipe.packing.mapping.shards import Outputs, plan_mapped_shards, staged_samples, write_mapped_shard
 from shardpipe.packing.options import PackOptions
 from shardpipe.packing.output import Job, Output
 from shardpipe.packing.plan import hashed_order
@@ -111,12 +113,21 @@ def _pack_items(
         max_samples=options.max_samples,
         max_bytes=options.max_bytes,
     )
-    args = (target.store, options.format)
+    compression = None
+    if (spec := options.compress_spec) is not None:
+        samples = staged_samples(outputs, target.store, options.format, SAMPLE_COUNT)
+        compression = plan_compression(
+            spec, outputs.fields, options.compress_fields, samples, options.max_bytes, target.store
+        )
+    args: tuple[Any, ...] = (target.store, options.format)
+    if compression is not None:
+        args += (compression.compressor,)
     entries, num_written, num_reused = write_all(
         jobs, write_mapped_shard, args, target, prepared, executor, options, quiet
     )
     source = {"kind": "items", "count": len(items)}
-    manifest = job_manifest(options, outputs.fields, jobs, entries, source, job, mapped)
+    codecs = None if compression is None else compression.codecs
+    manifest = job_manifest(options, outputs.fields, jobs, entries, source, job, mapped, compression=codecs)
     target.commit(manifest)
     return PackResult(
         manifest=manifest,

@@ -13,6 +13,7 @@ from typing import Any
 
 from shardpipe.errors import UsageError
 from shardpipe.formats import format_info
+from shardpipe.formats.compression import CompressSpec, parse_compress
 from shardpipe.packing.images import DEFAULT_QUALITY, ImagePreparation
 from shardpipe.packing.samples import Sample
 from shardpipe.packing.split import SPLIT_METHOD
@@ -91,6 +92,11 @@ class PackOptions:
     field_map: dict[str, str] = field(default_factory=dict)
     """A Parquet dataset's column -> field name (``{"label": "cls", "image": "jpg"}``); an empty name
     leaves the column out. Unnamed columns keep their own names (:mod:`shardpipe.sources.parquet_table`)."""
+    compress: str | None = None
+    """``"zstd"`` or ``"zstd:LEVEL"``: fields stored compressed per sample
+    (:mod:`shardpipe.formats.compression`); None stores them as they came."""
+    compress_fields: tuple[str, ...] = ()
+    """The fields to compress (default: those whose kind is not compressed already, e.g. not ``jpg``)."""
     source_splits: tuple[str, ...] = ()
     """Set by the pack, not by users: the source's own splits, kept because ``split`` is None."""
 
@@ -115,11 +121,18 @@ class PackOptions:
             raise UsageError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
         if self.image_quality is not None and self.image_max_side is None:
             raise UsageError("image_quality applies to the images image_max_side shrinks: give it too")
+        parse_compress(self.compress)
+        if self.compress_fields and self.compress_spec is None:
+            raise UsageError("compress_fields names the fields to compress: give compress too")
         self.transform()  # checks the map's spec and the image settings now, not in a worker
 
     @property
     def num_workers(self) -> int:
         return self.workers if self.workers is not None else usable_cpus()
+
+    @property
+    def compress_spec(self) -> CompressSpec | None:
+        return parse_compress(self.compress)
 
     def transform(self) -> Transform | None:
         """What runs on every sample, or None when the pack copies samples as they are."""
@@ -154,6 +167,9 @@ class PackOptions:
             found["key_column"] = self.key_column
         if self.field_map:
             found["field_map"] = dict(self.field_map)
+        if (spec := self.compress_spec) is not None:  # recorded only when given, as the Parquet options
+            found["compress"] = spec.to_json()
+            found["compress_fields"] = list(self.compress_fields)
         transform = self.transform()
         if transform is not None:
             found["map"] = None if self.map is None else map_identity(self.map, self.map_version)

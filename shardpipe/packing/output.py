@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardpipe.errors import UsageError
+from shardpipe.formats.compression import DICTIONARY_FOLDER
 from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest, write_manifest
 from shardpipe.packing.mapping.pieces import STAGING, MappedPiece
 from shardpipe.storage import ObjectNotFoundError, Store
@@ -166,10 +167,11 @@ class Output:
 
     def _remove_outputs(self) -> None:
         """For ``overwrite``: what a pack writes (manifest, journal, ``<split>/shard-*``, the staging
-        folder), nothing else."""
+        folder, the compression dictionaries), nothing else."""
         for key in self.store.list_keys():
             parts = key.split("/")
             ours = key in (MANIFEST_NAME, JOURNAL_NAME) or parts[0] == STAGING
+            ours = ours or (len(parts) == 2 and parts[0] == DICTIONARY_FOLDER and parts[1].endswith(".zdict"))
             if ours or (len(parts) == 2 and parts[1].startswith("shard-")):
                 self.store.remove(key)
 

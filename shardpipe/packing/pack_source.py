@@ -20,11 +20,13 @@ from dataclasses import replace
 from typing import Any
 
 from shardpipe.formats import format_info
+from shardpipe.formats.compression import SAMPLE_COUNT
 from shardpipe.manifest import ShardEntry
+from shardpipe.packing.compressing import Compression, plan_compression, table_samples
 from shardpipe.packing.driver import PackResult, job_manifest, map_all, write_all
 from shardpipe.packing.engine import local_pool
 from shardpipe.packing.mapping.pieces import MappedPiece, plan_pieces
-from shardpipe.packing.mapping.shards import Outputs, plan_mapped_shards, write_mapped_shard
+from shardpipe.packing.mapping.shards import Outputs, plan_mapped_shards, staged_samples, write_mapped_shard
 from shardpipe.packing.options import PackOptions
 from shardpipe.packing.output import Job, Output
 from shardpipe.packing.plan import fingerprint, plan_jobs
@@ -102,9 +104,18 @@ def _pack(
 
     mapped: list[MappedPiece] = []
     fields = scan.table.fields
+    compression: Compression | None = None
+    spec = options.compress_spec
     if transform is None:
+        if spec is not None:
+            samples = table_samples(scan.table, "the compression sample", storage_options)
+            compression = plan_compression(
+                spec, fields, options.compress_fields, samples, options.max_bytes, target.store
+            )
         write: Callable[..., ShardEntry] = write_shard
         args: tuple[Any, ...] = (target.store, options.format, storage_options)
+        if compression is not None:  # passed only when there is one: the task's other callers are unchanged
+            args += (compression.compressor,)
     else:
         map_args = (target.store, options.format, transform, options.on_error, storage_options)
         mapped = map_all(pieces, target, prepared, executor, quiet, map_args)
@@ -117,13 +128,23 @@ def _pack(
             max_samples=options.max_samples,
             max_bytes=options.max_bytes,
         )
+        if spec is not None:
+            samples = staged_samples(outputs, target.store, options.format, SAMPLE_COUNT)
+            compression = plan_compression(
+                spec, fields, options.compress_fields, samples, options.max_bytes, target.store
+            )
         write, args = write_mapped_shard, (target.store, options.format)
+        if compression is not None:
+            args += (compression.compressor,)
     entries, num_written, num_reused = write_all(
         jobs, write, args, target, prepared, executor, options, quiet
     )
 
     source_record = {"kind": scan.kind, "path": source, "labels": options.labels, **scan.details}
-    manifest = job_manifest(options, fields, jobs, entries, source_record, job, mapped, classes=scan.classes)
+    codecs = None if compression is None else compression.codecs
+    manifest = job_manifest(
+        options, fields, jobs, entries, source_record, job, mapped, classes=scan.classes, compression=codecs
+    )
     target.commit(manifest)
     return PackResult(
         manifest=manifest,

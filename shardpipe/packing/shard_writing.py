@@ -16,6 +16,7 @@ from typing import Any
 
 from shardpipe.errors import DataError
 from shardpipe.formats import get_format
+from shardpipe.formats.compression import FieldCompressor
 from shardpipe.formats.terms import Column
 from shardpipe.manifest import ShardEntry
 from shardpipe.packing.plan import ShardJob, cut_runs
@@ -38,23 +39,32 @@ class SourceFileError(DataError):
 
 
 def write_shard(
-    job: ShardJob, out: Store, format_name: str, source_options: Mapping[str, Any] | None = None
+    job: ShardJob,
+    out: Store,
+    format_name: str,
+    source_options: Mapping[str, Any] | None = None,
+    compressor: FieldCompressor | None = None,
 ) -> ShardEntry:
     """Write one planned shard into ``out`` (see :func:`write_columns`), its samples read from their
     files or URLs (:func:`load_batches`). Module-level, and its arguments pickle (a store pickles as its
     root and options): any executor runs it."""
-    return write_columns(
-        job.relpath, task_store(out), format_name, load_batches(job.samples, job.relpath, source_options)
-    )
+    batches = load_batches(job.samples, job.relpath, source_options)
+    return write_columns(job.relpath, task_store(out), format_name, batches, compressor)
 
 
 Batch = tuple[Sequence[str], Sequence[str], Sequence[Column]]
 """Samples as a writer takes them: keys, field names, and one column of values per field."""
 
 
-def write_columns(relpath: str, out: Store, format_name: str, batches: Iterable[Batch]) -> ShardEntry:
+def write_columns(
+    relpath: str,
+    out: Store,
+    format_name: str,
+    batches: Iterable[Batch],
+    compressor: FieldCompressor | None = None,
+) -> ShardEntry:
     """Write the samples of ``batches`` as the shard ``relpath`` of ``out`` (:class:`ShardFile`)."""
-    with ShardFile(relpath, out, format_name) as shard:
+    with ShardFile(relpath, out, format_name, compressor=compressor) as shard:
         for batch in batches:
             shard.write_batch(*batch)
         return shard.finish()
@@ -70,10 +80,20 @@ class ShardFile:
     Samples come as batches (:meth:`write_batch`) or one by one (:meth:`add`, of ``fields``), which are
     gathered into batches by the rule :func:`load_batches` cuts files by (:data:`BATCH_BYTES` of
     payload, a sample at least): the same samples give the same writer calls however they were produced,
-    and so the same bytes in formats whose layout follows the calls."""
+    and so the same bytes in formats whose layout follows the calls. A ``compressor`` turns the chosen
+    fields' values into frames on their way to the writer (batches are cut by the values' own size)."""
 
-    def __init__(self, relpath: str, out: Store, format_name: str, fields: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        relpath: str,
+        out: Store,
+        format_name: str,
+        fields: Sequence[str] = (),
+        *,
+        compressor: FieldCompressor | None = None,
+    ) -> None:
         self.relpath, self._out, self._format = relpath, out, get_format(format_name)
+        self._compressor = compressor
         self.fields = tuple(fields)
         self._stack = ExitStack()
         self._temp = self._stack.enter_context(out.staging(relpath))
@@ -92,6 +112,8 @@ class ShardFile:
 
     def write_batch(self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Column]) -> None:
         self._flush()  # samples added before it go first
+        if self._compressor is not None:
+            columns = self._compressor.compress(names, columns)
         self._writer.write_batch(keys, names, columns)
         self.num_samples += len(keys)
 
@@ -106,6 +128,8 @@ class ShardFile:
     def _flush(self) -> None:
         if self._rows:
             keys, *columns = zip(*self._rows, strict=True)
+            if self._compressor is not None:
+                columns = self._compressor.compress(self.fields, columns)  # type: ignore[assignment]
             self._writer.write_batch(keys, self.fields, columns)  # counted as added
             self._rows, self._held = [], 0
 

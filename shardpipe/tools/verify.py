@@ -2,7 +2,8 @@
 
 Per shard: size, sha256, every record parsed (and, for LMDB, each record's checksum checked), the sample
 count, and, for formats with an index, the index's sha256 and every entry recomputed from the shard,
-sample checksums included.
+sample checksums included. Compressed fields are checked as stored (the checksums cover the frames), so
+nothing is decompressed; their dictionaries are checked against the manifest's sha256.
 
 A dataset at a URL is checked the same way, on a local copy of each shard and its index (fetched one
 shard at a time, deleted after); problems name the object's URL.
@@ -40,7 +41,7 @@ def verify(
     fmt = get_format(manifest.format)
     shards = [s for split in manifest.splits.values() for s in split]
     progress = Progress("verify", sum(s.num_samples for s in shards), quiet=quiet)
-    problems: list[str] = []
+    problems = _verify_dictionaries(store, manifest)
     for entry in shards:
         try:
             problems += _verify_shard(store, entry, fmt, manifest)
@@ -48,6 +49,19 @@ def verify(
             problems.append(f"{entry.path}: cannot read: {exc}")
         progress.update(entry.num_samples, entry.num_bytes)
     progress.close()
+    return problems
+
+
+def _verify_dictionaries(store: Store, manifest: Manifest) -> list[str]:
+    """The problems of the compression dictionaries the manifest names (missing, or another sha256)."""
+    problems = []
+    for name, codec in manifest.compression.items():
+        if codec.dictionary is None:
+            continue
+        if not store.exists(codec.dictionary):
+            problems.append(f"{codec.dictionary}: missing (the dictionary of field {name!r})")
+        elif store.sha256(codec.dictionary)[0] != codec.dictionary_sha256:
+            problems.append(f"{codec.dictionary}: sha256 differs from the manifest (field {name!r})")
     return problems
 
 

@@ -16,6 +16,7 @@ from typing import cast
 import numpy as np
 
 from shardpipe.formats import bytecolumn, get_format
+from shardpipe.formats.compression import FieldCompressor
 from shardpipe.formats.layout import ShardIndex
 from shardpipe.manifest import ShardEntry
 from shardpipe.packing.mapping import check_unique_keys, fields_differ
@@ -116,12 +117,15 @@ def _check_agree(pieces: Sequence[MappedPiece]) -> None:
     check_unique_keys([key for piece in with_outputs for key in piece.keys])
 
 
-def write_mapped_shard(job: MappedShardJob, out: Store, format_name: str) -> ShardEntry:
+def write_mapped_shard(
+    job: MappedShardJob, out: Store, format_name: str, compressor: FieldCompressor | None = None
+) -> ShardEntry:
     """Write one shard of mapped outputs: a whole staged shard is moved into place (its index first), any
     other is written from the staged samples it spans, read and checked. Module-level, its arguments
-    pickle: any executor runs it."""
+    pickle: any executor runs it. Staged samples are stored uncompressed: with a ``compressor`` every
+    shard is written from them."""
     out = task_store(out)
-    if job.whole:
+    if job.whole and compressor is None:
         staged = job.runs[0][0]
         index_path = None
         if staged.index_path is not None:
@@ -130,7 +134,10 @@ def write_mapped_shard(job: MappedShardJob, out: Store, format_name: str) -> Sha
         out.move(staged.path, job.relpath)
         return replace(staged, path=job.relpath, index_path=index_path)
     fmt = get_format(format_name)
-    with ExitStack() as stack, ShardFile(job.relpath, out, format_name, job.fields) as shard:
+    with (
+        ExitStack() as stack,
+        ShardFile(job.relpath, out, format_name, job.fields, compressor=compressor) as shard,
+    ):
         for staged, start, stop in job.runs:
             path = stack.enter_context(local_copy(out, staged.path))
             index = None
@@ -145,3 +152,32 @@ def write_mapped_shard(job: MappedShardJob, out: Store, format_name: str) -> Sha
             for key, *sample in zip(keys, *values, strict=True):
                 shard.add(key, sample, sum(map(len, sample)))
         return shard.finish()
+
+
+def staged_samples(outputs: Outputs, out: Store, format_name: str, count: int) -> dict[str, list[bytes]]:
+    """Each field's values of the first ``count`` outputs (in piece order, as staged): the sample a
+    compression dictionary is trained on, the same for any worker count or engine."""
+    fmt = get_format(format_name)
+    found: dict[str, list[bytes]] = {name: [] for name in outputs.fields}
+    left = count
+    for piece in outputs.pieces:
+        staged = piece.staged
+        if left <= 0:
+            break
+        if staged is None or not staged.num_samples:
+            continue
+        take = min(left, staged.num_samples)
+        with ExitStack() as stack:
+            path = stack.enter_context(local_copy(out, staged.path))
+            index = None
+            if staged.index_path is not None:
+                with local_copy(out, staged.index_path) as index_file:
+                    index = ShardIndex.read(
+                        index_file, staged.num_samples, outputs.fields, sha256=staged.index_sha256
+                    )
+            with fmt.open_reader(path, index) as reader:
+                _, columns = reader.read_runs([(0, take)], outputs.fields)
+        for name in outputs.fields:
+            found[name] += [value for value in bytecolumn.values(columns[name]) if value is not None]
+        left -= take
+    return found
