@@ -1,7 +1,8 @@
 """Runtime loaders for datasets packed by ``shardpipe pack``: what a DDP training script imports.
 
-``__all__`` is the dataset, the mixture of datasets, the loader, remote reading, the image crops, the
-sync tools and their errors, exact metrics and the input monitor. The rest has its own public home:
+``__all__`` is the dataset, its map-style twin for random access, the mixture of datasets, the loader,
+remote reading, the image crops, the sync tools and their errors, exact metrics and the input monitor. The
+rest has its own public home:
 :mod:`loaders.planning` (the pure planner), :mod:`loaders.decoding` (decoders of your own),
 :mod:`loaders.batches` (what a batch is made of), :mod:`loaders.monitor` (``EpochStats``). Their old
 names here still import, with a ``DeprecationWarning`` naming the new place, for one release.
@@ -25,6 +26,7 @@ from loaders.distributed.sync import (
 from loaders.loader import ShardedLoader, make_loader
 from loaders.mixture import Mixture
 from loaders.monitor import InputMonitor
+from loaders.random_access import ShardedMapDataset
 from loaders.reading.images import CenterCrop, RandomResizedCrop
 from loaders.reading.source import RemoteOptions
 
@@ -38,6 +40,7 @@ __all__ = [
     "RemoteOptions",
     "ShardedDataset",
     "ShardedLoader",
+    "ShardedMapDataset",
     "StepCountMismatchError",
     "epoch_barrier",
     "guarded",

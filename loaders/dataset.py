@@ -38,7 +38,7 @@ from loaders.planning.planner import (
 )
 from loaders.planning.position import Position
 from loaders.reading.columns import Columns, Decoding, batches
-from loaders.reading.decode import ColumnDecoder, DecodeContext, DecodeError, Decoder, resolve_decoders
+from loaders.reading.decode import ColumnDecoder, DecodeContext, Decoder, decode_sample, resolve_decoders
 from loaders.reading.readers import ShardReaders
 from loaders.reading.source import DatasetSource, RemoteOptions
 from loaders.reading.windows import OnError, WindowReader
@@ -339,17 +339,8 @@ class ShardedDataset(IterableDataset[Sample]):
                 yield self._finish(sample, context, worker_index, shard)
 
     def _finish(self, sample: Sample, context: DecodeContext, worker_index: int, shard: int) -> Any:
-        for name, decoder in self.decoders.items():
-            if name in sample:
-                context.failed.clear()
-                try:
-                    sample[name] = decoder(sample[name], sample["__key__"], context)
-                except DecodeError as exc:
-                    where = self.shards[shard].path if shard >= 0 else "?"
-                    raise DecodeError.at(name, sample["__key__"], where, exc.detail) from exc
-                if context.failed:  # skipped: the sample becomes a flagged pad, as a read error's does
-                    sample["__pad__"] = True
-                    self._count_errors(worker_index, 1)
+        if decode_sample(sample, self.decoders, context, self.shards[shard].path if shard >= 0 else "?"):
+            self._count_errors(worker_index, 1)
         return self.transform(sample) if self.transform is not None else sample
 
 

@@ -3,10 +3,11 @@
 The public API is these names (``__all__``); every other module path may change::
 
     from shardpipe import pack, PackOptions, PackResult, pack_items, DatasetWriter, RayExecutor
-    from shardpipe import verify, inspect, index
+    from shardpipe import verify, inspect, index, get
     from shardpipe import load_manifest, Manifest, ShardEntry
     from shardpipe import open_store, Store, RetryPolicy, StorageError
     from shardpipe import ShardpipeError, UsageError, DataError, CorruptShardError
+    from shardpipe import SampleIndexError, SampleKeyError
     from shardpipe import __version__
 
 The functions are named after the CLI's verbs (``shardpipe pack``, ``verify``, ``inspect``, ``index``).
@@ -27,7 +28,15 @@ from typing import TYPE_CHECKING, Any
 from shardpipe.version import __version__
 
 if TYPE_CHECKING:
-    from shardpipe.errors import CorruptShardError, DataError, ShardpipeError, UsageError
+    from loaders.random_access import get
+    from shardpipe.errors import (
+        CorruptShardError,
+        DataError,
+        SampleIndexError,
+        SampleKeyError,
+        ShardpipeError,
+        UsageError,
+    )
     from shardpipe.manifest import Manifest, ShardEntry, load_manifest
     from shardpipe.packing import PackOptions, PackResult, pack
     from shardpipe.packing.dataset_writer import DatasetWriter
@@ -41,6 +50,8 @@ if TYPE_CHECKING:
 _PUBLIC = {
     "CorruptShardError": "shardpipe.errors",
     "DataError": "shardpipe.errors",
+    "SampleIndexError": "shardpipe.errors",
+    "SampleKeyError": "shardpipe.errors",
     "ShardpipeError": "shardpipe.errors",
     "UsageError": "shardpipe.errors",
     "Manifest": "shardpipe.manifest",
@@ -56,6 +67,7 @@ _PUBLIC = {
     "StorageError": "shardpipe.storage",
     "Store": "shardpipe.storage",
     "open_store": "shardpipe.storage",
+    "get": "loaders.random_access",  # reads through the loaders (torch), imported on first use
     "index": "shardpipe.tools.index",
     "inspect": "shardpipe.tools.inspection",
     "verify": "shardpipe.tools.verify",
@@ -71,12 +83,15 @@ __all__ = [
     "PackResult",
     "RayExecutor",
     "RetryPolicy",
+    "SampleIndexError",
+    "SampleKeyError",
     "ShardEntry",
     "ShardpipeError",
     "StorageError",
     "Store",
     "UsageError",
     "__version__",
+    "get",
     "index",
     "inspect",
     "load_manifest",

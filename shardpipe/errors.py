@@ -29,6 +29,16 @@ class DataError(ShardpipeError):
     """Input or shard data is missing, unreadable, corrupt or inconsistent (CLI exit code 1)."""
 
 
+class SampleIndexError(UsageError, IndexError):
+    """A sample asked for by a position the split does not have."""
+
+
+class SampleKeyError(UsageError, KeyError):
+    """A sample asked for by a key the split does not hold."""
+
+    __str__ = Exception.__str__  # the message as written, not KeyError's repr of it
+
+
 class CorruptShardError(DataError):
     """A shard's bytes do not parse; names the shard and the sample position or byte offset.
 

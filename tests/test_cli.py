@@ -27,7 +27,7 @@ def tree_files(root: Path) -> dict[str, bytes]:
 
 
 def test_every_command_has_help_that_explains_it_and_each_option() -> None:
-    assert set(main.commands) == {"pack", "verify", "inspect", "index"}
+    assert set(main.commands) == {"pack", "verify", "inspect", "index", "get"}
     top = run("--help")
     assert top.exit_code == 0 and all(name in top.output for name in main.commands)
     for name, command in main.commands.items():

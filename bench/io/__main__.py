@@ -25,6 +25,7 @@ from bench.io import (
     contenders,
     image_profiles,
     image_report,
+    random_access,
     remote_contenders,
     report,
     targets,
@@ -40,9 +41,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.io", description=__doc__.split("\n")[0])
     p.add_argument(
         "--profile",
-        choices=["small", "large", "both", "images", "text"],
+        choices=["small", "large", "both", "images", "random", "text"],
         default="both",
         help="images: the image profiles (images: ImageNet-size photos, images-large: camera-size photos); "
+        "random: random gets by position, local and from S3 (bench.io.random_access); "
         "text: JSON records and token arrays stored with and without --compress zstd",
     )
     p.add_argument(
@@ -100,7 +102,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--cache", type=Path, help="data cache, reused by fingerprint (default bench-results/cache)"
     )
     args = p.parse_args(argv)
-    if args.profile == "text":
+    if args.profile in ("random", "text"):
         _check_numbers(p, args)
         return _resolved(args)
     images = args.profile == "images" or args.data is not None
@@ -169,6 +171,8 @@ def _resolved(args: argparse.Namespace) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)  # the main process shares the cores with the workers, as in real training
+    if args.profile == "random":
+        return random_access.main(args)
     if args.profile == "text":
         if args.docs and args.workers != DEFAULT_WORKERS:
             raise SystemExit(f"--docs keeps the text section for --workers {DEFAULT_WORKERS}")

@@ -150,6 +150,10 @@ class ShardCache:
         """Bytes the node's cache holds now (shards plus downloads in progress)."""
         return self.directory.usage()
 
+    def holds(self, sha256: str) -> bool:
+        """Whether the node's cache holds a verified copy of the shard with this sha256 now."""
+        return self.directory.final(sha256).exists()
+
     def plan(self, shards: Sequence[ShardLike]) -> None:
         """The shards this process will read, in order; repeats allowed. Replaces any earlier plan."""
         refs = [ShardRef(s.path, s.sha256, int(s.num_bytes)) for s in shards]

@@ -214,3 +214,21 @@ def resolve_decoders(
         else:  # a per-sample callable of the user's: it keeps the per-sample path
             decoders[name] = FieldDecoder(decoder, _Each(decoder, stack=False), batched=False)
     return decoders
+
+
+def decode_sample(
+    sample: dict[str, Any], decoders: Mapping[str, FieldDecoder], context: DecodeContext, shard: str
+) -> bool:
+    """Decode ``sample``'s fields in place (the per-sample path); return whether a decoder skipped it
+    (``on_error="skip"``: then it is flagged as a pad, as a read error's replacement is)."""
+    skipped = False
+    for name, decoder in decoders.items():
+        if name in sample:
+            context.failed.clear()
+            try:
+                sample[name] = decoder(sample[name], sample["__key__"], context)
+            except DecodeError as exc:
+                raise DecodeError.at(name, sample["__key__"], shard, exc.detail) from exc
+            if context.failed:
+                sample["__pad__"] = skipped = True
+    return skipped

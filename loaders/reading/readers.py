@@ -9,6 +9,7 @@ Readers are never used across a fork: a process that inherits them drops them an
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -40,14 +41,24 @@ class ShardReaders:
     """
 
     def __init__(
-        self, source: DatasetSource, shards: Sequence[ShardEntry], fmt: Format, *, check: bool
+        self,
+        source: DatasetSource,
+        shards: Sequence[ShardEntry],
+        fmt: Format,
+        *,
+        check: bool,
+        sparse: bool = False,
     ) -> None:
+        """``sparse``: a remote shard is read by byte ranges unless the node cache keeps a copy of it
+        already (random access: a few samples of a shard cost a request, not a download); LMDB, which
+        needs a local file, still comes through the cache."""
         # What opening a reader needs, not the dataset itself: no cycle keeps files open past a drop.
         self._source, self._shards, self._format, self._check = source, shards, fmt, check
+        self._sparse = sparse and fmt.needs_index
         self._pid = os.getpid()
         self._open: OrderedDict[int, ShardReader] = OrderedDict()
         self._indexes: OrderedDict[int, ShardIndex | None] = OrderedDict()
-        self._window_buffer = ReadBuffer()
+        self._thread = threading.local()  # random access reads a batch's remote shards in threads
         self._codecs: FieldCodecs | None = None
         self._codecs_loaded = False
 
@@ -87,10 +98,31 @@ class ShardReaders:
         parts = [(readers[run.shard_index], run.start, run.stop) for run in runs]
         return self._format.read_across(parts, names, self._window_buffer, order)
 
+    def open(self, shard_index: int) -> None:
+        """Open the shard's reader now, if it stays open (so threads may then share the table)."""
+        self._drop_inherited()
+        if not self._per_read:
+            self._kept(shard_index)
+
+    def index(self, shard_index: int) -> ShardIndex | None:
+        """The shard's index, loaded once and checked against the manifest."""
+        self._drop_inherited()
+        return self._index(shard_index)
+
+    @property
+    def _window_buffer(self) -> ReadBuffer:
+        """The buffer windows are read into, one per thread, reused between reads."""
+        buffer: ReadBuffer | None = getattr(self._thread, "buffer", None)
+        if buffer is None:
+            buffer = self._thread.buffer = ReadBuffer()
+        return buffer
+
     @property
     def _per_read(self) -> bool:
         """Whether a reader lives for one read (a cached remote shard under a budget)."""
-        return self._source.remote and self._source.cached and not self._source.keeps_copies
+        return (
+            self._source.remote and self._source.cached and not self._source.keeps_copies and not self._sparse
+        )
 
     def _drop_inherited(self) -> None:
         if self._pid != os.getpid():  # inherited through a fork: never used here, never closed here
@@ -105,10 +137,11 @@ class ShardReaders:
                 self._source.note_read(entry)
             return reader
         index = self._index(shard_index)
-        if self._source.remote and self._source.cached:  # a copy that stays: open it, keep it open
+        ranged = self._sparse and not (self._source.keeps_copies and self._source.holds(entry))
+        if self._source.remote and self._source.cached and not ranged:  # a copy that stays: keep it open
             with self._source.shard(entry) as path:
                 reader = self._format.open_reader(path, index, check=self._check)
-        elif self._source.remote:  # uncached: byte ranges of the object
+        elif self._source.remote:  # uncached or sparse: byte ranges of the object
             remote = self._source.ranges(entry)
             reader = self._format.open_reader(Path(entry.path), index, check=self._check, remote=remote)
         else:

@@ -104,13 +104,17 @@ class DatasetSource:
         reader may then stay open, as a local shard's does."""
         return self._cache is not None and self._cache.cache_limit is None
 
+    def holds(self, entry: ShardEntry) -> bool:
+        """Whether the node cache holds a verified copy of the shard now."""
+        return self._cache is not None and self._cache.holds(entry.sha256)
+
     def note_read(self, entry: ShardEntry) -> None:
         """A kept shard is read again: the cache moves along this process's plan and prefetches."""
         if self._cache is not None:
             self._cache.note_read(entry.path, entry.sha256, entry.num_bytes)
 
     def ranges(self, entry: ShardEntry) -> RemoteShard:
-        """The shard read by byte ranges, without a local copy (``cache=False``)."""
+        """The shard read by byte ranges, without a local copy (``cache=False``, or random access)."""
         if self._store is None:
             raise ValueError(f"{self.display} is a local dataset: it reads its files, not byte ranges")
         return RemoteShard(self._store, entry.path, f"{self.display}/{entry.path}", entry.num_bytes)

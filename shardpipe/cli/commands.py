@@ -1,6 +1,6 @@
-"""The ``shardpipe`` command group: ``pack`` (:mod:`.pack`), ``verify``, ``inspect`` and ``index``. Each
-parses, calls the library, and leaves its errors to :mod:`.exit_codes` (0 success, 1 a data problem, 2
-a usage problem).
+"""The ``shardpipe`` command group: ``pack`` (:mod:`.pack`), ``verify``, ``inspect``, ``index`` and ``get``
+(:mod:`.get`). Each parses, calls the library, and leaves its errors to :mod:`.exit_codes` (0 success, 1
+a data problem, 2 a usage problem).
 
 Wherever a command takes a path it takes a URL too (``s3://``, ``gs://``, ``http(s)://``); credentials
 come the way fsspec and the cloud SDKs take them, and ``--storage-option KEY=VALUE`` passes anything else
@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from shardpipe.cli.exit_codes import errors_to_exit_codes
+from shardpipe.cli.get import get
 from shardpipe.cli.pack import echo_splits, pack
 from shardpipe.cli.storage import location, scrub, shown, storage_option
 from shardpipe.tools.index import index as run_index
@@ -35,11 +36,13 @@ def main() -> None:
       shardpipe pack images/ data/ --format tar --labels dirname --split train=0.9,val=0.1 --workers 4
       shardpipe verify data/
       shardpipe inspect data/
+      shardpipe get data/ cat/0042
     The loaders (`import loaders`) read data/manifest.json in DDP training.
     """
 
 
 main.add_command(pack)
+main.add_command(get)
 
 
 @main.command()

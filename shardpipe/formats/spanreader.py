@@ -45,6 +45,9 @@ and cut together."""
 JOINED_MIN_SAMPLES = 128
 """Samples a :meth:`SpanReader.read_across` call needs before the one-buffer path pays for its fixed cost
 (a few dozen numpy calls); fewer go run by run (docs/design-record.md, "Formats")."""
+JOINED_MIN_PARTS = 32
+"""Or the parts it needs: that many runs of one or a few samples (a random-access batch) cost more run by
+run than in one buffer (docs/design-record.md, "Formats")."""
 
 
 class SpanReader(ReaderBase):
@@ -245,14 +248,16 @@ class SpanReader(ReaderBase):
         call remains (keys and fields are gathered as columns), and what a call costs beyond that is paid
         once for all parts instead of once per shard.
 
-        ``None`` (read them another way) when they hold fewer than ``JOINED_MIN_SAMPLES`` samples (the
-        fixed cost of a few dozen numpy calls would dominate) or more than ``JOINED_BYTES`` (large samples
-        go the chunked way, which keeps each chunk in the CPU cache while it is checked and cut), when a
-        reader is not :attr:`joinable`, or when the shards' indexes are laid out differently.
+        ``None`` (read them another way) when they hold fewer than ``JOINED_MIN_SAMPLES`` samples in fewer
+        than ``JOINED_MIN_PARTS`` parts (the fixed cost of a few dozen numpy calls would dominate) or more
+        than ``JOINED_BYTES`` (large samples go the chunked way, which keeps each chunk in the CPU cache
+        while it is checked and cut), when a reader is not :attr:`joinable`, or when the shards' indexes
+        are laid out differently.
 
         A method of the reader class, not of one reader: it reads the files and indexes of every reader in
         ``parts``, which are this class's own to read."""
-        if not parts or sum(stop - start for _, start, stop in parts) < JOINED_MIN_SAMPLES:
+        few = sum(stop - start for _, start, stop in parts) < JOINED_MIN_SAMPLES
+        if not parts or (few and len(parts) < JOINED_MIN_PARTS):
             return None
         readers = dict.fromkeys(reader for reader, _, _ in parts)
         first = parts[0][0]

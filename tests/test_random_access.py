@@ -1,0 +1,171 @@
+"""ShardedMapDataset and ``shardpipe get``: any sample by position or key, locally and from S3.
+
+Every format gives the streaming dataset's samples at the same positions (single, batched, repeated,
+negative); a key finds its sample; bad positions and keys are the project's IndexError and KeyError; a
+damaged sample names its shard, or is replaced and flagged under ``on_error="skip"``; remotely a sample
+costs one ranged request plus its shard's index once, never the whole shard.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from torch.utils.data import DataLoader
+
+from loaders import RemoteOptions, ShardedDataset
+from loaders.random_access import ShardedMapDataset
+from loaders.reading.keys import KeyTable
+from shardpipe.cli import main
+from shardpipe.errors import DataError, SampleIndexError, SampleKeyError, ShardpipeError
+from testkit.servers import S3Server
+from tests.datagen import make_tree, pack_dataset
+from tests.test_dataset import damage
+from tests.test_dataset_remote import upload
+
+FORMATS = ("tar", "tfrecord", "lmdb")
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("random")
+    return {fmt: pack_dataset(root, fmt, 80, max_samples=7, order="hashed") for fmt in FORMATS}
+
+
+def streamed(path: Path) -> list[dict[str, Any]]:
+    return list(ShardedDataset(path, shuffle=False, decode={"cls": "cls"}))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_positions_give_the_streamed_samples(packed: dict[str, Path], fmt: str) -> None:
+    expected = streamed(packed[fmt])
+    ds = ShardedMapDataset(packed[fmt], decode={"cls": "cls"})
+    assert len(ds) == len(expected) == 80
+    assert [ds[i] for i in range(80)] == expected
+    wanted = [29, 0, 3, 3, -1, 14, 7, 8, 9]  # unsorted, repeated, negative, across shards
+    assert ds.__getitems__(wanted) == [expected[i] for i in wanted]
+    scattered = list(range(78, -1, -2))  # 40 runs of one sample: read and cut in one buffer
+    assert ds.__getitems__(scattered) == [expected[i] for i in scattered]
+    batch = ds.get_batch(wanted)
+    assert batch["__key__"] == [expected[i]["__key__"] for i in wanted]
+    assert batch["cls"].tolist() == [expected[i]["cls"] for i in wanted]
+    assert batch["bin"].tolist() == [expected[i]["bin"] for i in wanted]
+    assert not batch["__pad__"].any()
+    assert ds.__getitems__([]) == []
+
+
+def test_keys_find_their_samples_and_bad_lookups_are_project_errors(packed: dict[str, Path]) -> None:
+    ds = ShardedMapDataset(packed["tar"])
+    for i, sample in enumerate(streamed(packed["tar"])):
+        assert ds.position_of(sample["__key__"]) == i
+    assert ds.get("cls1/00004")["__key__"] == "cls1/00004"
+    with pytest.raises(SampleKeyError, match="no sample with key 'cls1/99999'") as missing:
+        ds.get("cls1/99999")
+    assert isinstance(missing.value, KeyError) and isinstance(missing.value, ShardpipeError)
+    for wrong in (1.5, True, "3"):
+        with pytest.raises(TypeError, match="must be ints"):
+            ds[wrong]  # type: ignore[index]
+    for bad in (80, -81):
+        with pytest.raises(SampleIndexError, match=f"sample {bad} is out of range.*80 samples") as out:
+            ds[bad]
+        assert isinstance(out.value, IndexError)
+
+
+def test_a_hash_collision_costs_a_read_not_a_wrong_answer() -> None:
+    table = KeyTable.build(["a", "b", "c"])
+    assert [table.candidates(k) for k in "abc"] == [[0], [1], [2]]
+    assert table.candidates("zz") == []
+
+
+def test_a_dataloader_with_any_sampler_reads_each_sample_once(packed: dict[str, Path]) -> None:
+    ds = ShardedMapDataset(packed["lmdb"], decode={"cls": "cls"})
+    loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=2, collate_fn=list)
+    keys = [sample["__key__"] for batch in loader for sample in batch]
+    assert sorted(keys) == sorted(s["__key__"] for s in streamed(packed["lmdb"]))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_damaged_sample_names_its_shard_or_is_replaced_and_flagged(tmp_path: Path, fmt: str) -> None:
+    out = pack_dataset(tmp_path, fmt, 20, max_samples=10)
+    damage(out, fmt)  # shard 1: sample 3 (the whole shard for LMDB)
+    with pytest.raises(DataError, match=f"shard-000001.{fmt}"):
+        ShardedMapDataset(out)[13]
+    skipping = ShardedMapDataset(out, on_error="skip")
+    got = skipping.__getitems__([13, 2])
+    assert got[0]["__pad__"] and not got[1]["__pad__"]
+    assert got[0]["__key__"] == got[1]["__key__"]  # the unreadable slot holds a readable sample's copy
+
+
+def test_remote_gets_cost_one_ranged_request_and_the_index_once(
+    packed: dict[str, Path], s3: S3Server, s3_root: str, tmp_path: Path
+) -> None:
+    options = s3.storage_options()
+    upload(packed["tar"], s3_root, options)
+    local = ShardedMapDataset(packed["tar"])
+    remote = ShardedMapDataset(
+        s3_root, remote=RemoteOptions(storage_options=options, cache_dir=tmp_path / "cache")
+    )
+    shard = remote.shards[1]
+    s3.control.reset_counts()
+    assert remote[8] == local[8] and remote[10] == local[10]  # two samples of shard 1
+    assert s3.control.count("GET", shard.path) == 2  # one ranged request each, no download
+    assert s3.control.count("GET", str(shard.index_path)) == 1
+    assert s3.control.bytes_sent < shard.num_bytes
+    s3.control.reset_counts()
+    wanted = [0, 1, 2, 15, 16, 29]  # three shards in one batch: one request per shard
+    assert remote.__getitems__(wanted) == local.__getitems__(wanted)
+    shards = {remote.shards[i].path for i in (0, 2, 4)}
+    assert sum(s3.control.count("GET", path) for path in shards) == 3
+    assert remote.get("cls2/00005") == local.get("cls2/00005")
+
+
+def test_remote_lmdb_reads_through_the_cache(
+    packed: dict[str, Path], s3: S3Server, s3_root: str, tmp_path: Path
+) -> None:
+    options = s3.storage_options()
+    upload(packed["lmdb"], s3_root, options)
+    remote = ShardedMapDataset(
+        s3_root, remote=RemoteOptions(storage_options=options, cache_dir=tmp_path / "cache")
+    )
+    assert remote.__getitems__([5, 20]) == ShardedMapDataset(packed["lmdb"]).__getitems__([5, 20])
+
+
+def test_get_command_lists_and_writes_a_sample(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    expected = make_tree(src, 12)
+    out = pack_dataset(tmp_path, "tar", 12, max_samples=5)
+    runner = CliRunner()
+    listed = runner.invoke(main, ["get", str(out), "cls1/00004"])
+    assert listed.exit_code == 0, listed.output
+    assert "cls1/00004" in listed.output and "bin" in listed.output and "txt" in listed.output
+    written = runner.invoke(main, ["get", str(out), "cls1/00004", "--out", str(tmp_path / "x")])
+    assert written.exit_code == 0, written.output
+    for field, data in expected["cls1/00004"].items():
+        assert (tmp_path / "x" / f"cls1/00004.{field}").read_bytes() == data
+    by_position = runner.invoke(main, ["get", str(out), "--", "-1"])
+    assert by_position.exit_code == 0 and "sample 11 of split 'train'" in by_position.output
+    for args, code, message in (
+        (["cls9/00000"], 2, "no sample with key 'cls9/00000'"),
+        (["12"], 2, "sample 12 is out of range"),
+        (["0", "--split", "val"], 1, "split 'val' is not in this dataset"),
+    ):
+        failed = runner.invoke(main, ["get", str(out), *args])
+        assert failed.exit_code == code and message in failed.output, failed.output
+        assert "Traceback" not in failed.output
+    shutil.rmtree(tmp_path / "x")
+
+
+def test_a_shard_the_node_cache_holds_is_read_there(
+    packed: dict[str, Path], s3: S3Server, s3_root: str, tmp_path: Path
+) -> None:
+    options = RemoteOptions(storage_options=s3.storage_options(), cache_dir=tmp_path / "cache")
+    upload(packed["tfrecord"], s3_root, options.storage_options)
+    assert len(list(ShardedDataset(s3_root, remote=options))) == 80  # every shard now in the node cache
+    s3.control.reset_counts()
+    remote = ShardedMapDataset(s3_root, remote=options)
+    wanted = [3, 40, 79]
+    assert remote.__getitems__(wanted) == ShardedMapDataset(packed["tfrecord"]).__getitems__(wanted)
+    assert all(path.endswith("/manifest.json") for _, path in s3.control.counts)  # no shard, no index
