@@ -19,7 +19,7 @@ import hashlib
 import json
 import math
 import os
-import pickle
+import pickle  # dumps only, to hash the caller's own items into the resume fingerprint: never loads
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import replace

@@ -8,14 +8,15 @@ The outputs of each split, in order (:meth:`Outputs.by_piece_split`; Python item
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import cast
 
 import numpy as np
 
 from shardpipe.formats import bytecolumn, get_format
+from shardpipe.formats.base import Format, ShardReader
 from shardpipe.formats.compression import FieldCompressor
 from shardpipe.formats.layout import ShardIndex
 from shardpipe.manifest import ShardEntry
@@ -134,19 +135,9 @@ def write_mapped_shard(
         out.move(staged.path, job.relpath)
         return replace(staged, path=job.relpath, index_path=index_path)
     fmt = get_format(format_name)
-    with (
-        ExitStack() as stack,
-        ShardFile(job.relpath, out, format_name, job.fields, compressor=compressor) as shard,
-    ):
+    with ShardFile(job.relpath, out, format_name, job.fields, compressor=compressor) as shard:
         for staged, start, stop in job.runs:
-            path = stack.enter_context(local_copy(out, staged.path))
-            index = None
-            if staged.index_path is not None:
-                with local_copy(out, staged.index_path) as index_file:
-                    index = ShardIndex.read(
-                        index_file, staged.num_samples, job.fields, sha256=staged.index_sha256
-                    )
-            with fmt.open_reader(path, index) as reader:
+            with staged_reader(out, staged, fmt, job.fields) as reader:
                 keys, columns = reader.read_runs([(start, stop)], job.fields)
             values = [bytecolumn.values(columns[name]) for name in job.fields]
             for key, *sample in zip(keys, *values, strict=True):
@@ -167,17 +158,24 @@ def staged_samples(outputs: Outputs, out: Store, format_name: str, count: int) -
         if staged is None or not staged.num_samples:
             continue
         take = min(left, staged.num_samples)
-        with ExitStack() as stack:
-            path = stack.enter_context(local_copy(out, staged.path))
-            index = None
-            if staged.index_path is not None:
-                with local_copy(out, staged.index_path) as index_file:
-                    index = ShardIndex.read(
-                        index_file, staged.num_samples, outputs.fields, sha256=staged.index_sha256
-                    )
-            with fmt.open_reader(path, index) as reader:
-                _, columns = reader.read_runs([(0, take)], outputs.fields)
+        with staged_reader(out, staged, fmt, outputs.fields) as reader:
+            _, columns = reader.read_runs([(0, take)], outputs.fields)
         for name in outputs.fields:
             found[name] += [value for value in bytecolumn.values(columns[name]) if value is not None]
         left -= take
     return found
+
+
+@contextmanager
+def staged_reader(
+    out: Store, staged: ShardEntry, fmt: Format, fields: Sequence[str]
+) -> Iterator[ShardReader]:
+    """A reader of a staged piece: a local copy of it, and its index checked against its sha256, while
+    the block runs."""
+    with local_copy(out, staged.path) as path:
+        index = None
+        if staged.index_path is not None:
+            with local_copy(out, staged.index_path) as index_file:
+                index = ShardIndex.read(index_file, staged.num_samples, fields, sha256=staged.index_sha256)
+        with fmt.open_reader(path, index) as reader:
+            yield reader
