@@ -121,6 +121,16 @@ def read_all(paths: list[Path]) -> tuple[int, float]:
     return total, time.perf_counter() - start
 
 
+def settle(paths: list[Path]) -> None:
+    """Evict the files, then read them back front to back: every file's page cache then comes from one
+    sequential read, whoever wrote it and however it was read since. The kernel keeps a file's pages in
+    folios whose size depends on that history (a file just written, or read by readahead, gets large ones
+    that map with few page faults; one faulted in page by page, small ones), and a memory-mapped reader's
+    first pass costs accordingly, so warm runs start from the same history for every contender."""
+    evict(paths)
+    read_all(paths)
+
+
 def check_eviction(cache: Path) -> dict[str, Any]:
     """Time a probe file warm, then after eviction: did eviction make reads slower?"""
     probe = cache / "evict-probe.bin"

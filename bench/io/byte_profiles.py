@@ -50,6 +50,8 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]]]
                 remote_contenders.measure(args, dataset, settings, step, warmup, steps, profile_name)
             )
             continue
+        if "warm" in caches:
+            system.settle(sorted({p for name in args.contenders for p in contenders.files_read(name, dataset)}))
         for cache in caches:
             floor = system.floor(dataset.shard_files("tar"), dataset.payload_bytes, cold=cache == "cold")
             runs = _rounds(args, dataset, settings, step, (warmup, steps), profile_name, cache)

@@ -3,9 +3,11 @@
 Every contender yields the same batch shape: a dict with ``__key__`` (list), ``bin`` and ``cls`` as
 :class:`loaders.batches.RaggedBytes` (collated by ``loaders.batches.collate_samples``), so the consumer
 and the worker-to-main transfer cost the same for all, and the difference is how samples are found and read.
-The ``shardpipe-*-cls`` rows are the exception, on purpose: they read as users do, ``cls`` decoded to
-integers (``decode={"cls": "cls"}``, one int64 tensor per batch, still on ``make_loader``'s batch path),
-beside the raw row of the same format (:data:`CLS_RAW` pairs them for the targets).
+Two kinds of rows are the exception, on purpose, because they read as users do: the ``shardpipe-*-cls``
+rows decode ``cls`` to integers (``decode={"cls": "cls"}``, one int64 tensor per batch, still on
+``make_loader``'s batch path), beside the raw row of the same format (:data:`CLS_RAW` pairs them for the
+targets); ``lmdb-loop`` is the loop a user writes by hand (labels parsed per sample, ``bin`` a list of
+``bytes``, its own collate, no shardpipe code), the baseline of the read-path targets.
 All shuffle: DistributedSampler for map-style (raw files, ``lmdb-loop``), shard + buffer shuffle for the
 streaming ones.
 """
@@ -125,11 +127,13 @@ def _raw_files(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
 
 
 def _lmdb_loop(data: BenchData, s: LoaderSettings) -> Iterable[Any]:
-    dataset = lmdb_loop.LmdbLoopDataset(data.lmdb_loop)
+    """The loop a user writes (no shardpipe code): labels parsed per sample, a list collate."""
+    dataset = lmdb_loop.LmdbLoopDataset(data.lmdb_loop, labels=True)
     sampler: DistributedSampler[dict[str, Any]] = DistributedSampler(
         dataset, num_replicas=1, rank=0, shuffle=True, seed=SEED
     )
-    return DataLoader(dataset, batch_size=s.batch_size, sampler=sampler, **s.dataloader_kwargs())
+    kwargs = {**s.dataloader_kwargs(), "collate_fn": lmdb_loop.collate_list}
+    return DataLoader(dataset, batch_size=s.batch_size, sampler=sampler, **kwargs)
 
 
 def _webdataset(data: BenchData, s: LoaderSettings) -> Iterable[Any]:

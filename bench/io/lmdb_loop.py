@@ -6,6 +6,8 @@ nothing read back is ever unpickled). The reader is a map-style ``Dataset`` doin
 sample through one long-lived read transaction, with the environment opened lazily in the process that
 reads (each DataLoader worker opens its own; one a fork copied from the parent is closed unused), read by
 a plain ``DataLoader`` with ``DistributedSampler(shuffle=True)``: the usual set-up, and the fastest we know.
+As bench-io's ``lmdb-loop`` it is the loop a user writes, with no shardpipe code: the label parsed to an
+int per sample (``labels=True``) and a list collate (:func:`collate_list`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import lmdb
+import torch
 from torch.utils.data import Dataset
 
 HEADER = struct.Struct("<II")
@@ -39,6 +42,22 @@ def decode(value: bytes) -> dict[str, Any]:
         "__key__": value[HEADER.size : cls_start].decode(),
         "bin": value[bin_start:],
         "cls": value[cls_start:bin_start],
+    }
+
+
+def user_sample(value: bytes) -> dict[str, Any]:
+    """:func:`decode` with the label parsed to an int, as a user's own loop would."""
+    sample = decode(value)
+    sample["cls"] = int(sample["cls"])
+    return sample
+
+
+def collate_list(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """The collate a user writes: keys and payloads as lists, the labels one int64 tensor."""
+    return {
+        "__key__": [s["__key__"] for s in samples],
+        "cls": torch.tensor([s["cls"] for s in samples], dtype=torch.int64),
+        "bin": [s["bin"] for s in samples],
     }
 
 
@@ -66,8 +85,10 @@ def write(path: Path, samples: Iterable[tuple[str, bytes, bytes]], payload_bytes
 class LmdbLoopDataset(Dataset[dict[str, Any]]):
     """``dataset[i]`` = sample i, read with one ``txn.get``; the environment opens lazily per process."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, labels: bool = False) -> None:
+        """``labels``: ``cls`` parsed to an int (:func:`user_sample`), else left as its bytes."""
         self.path = str(path)
+        self._decode = user_sample if labels else decode
         env = lmdb.open(self.path, readonly=True, lock=False, subdir=True)
         try:
             with env.begin() as txn:
@@ -96,7 +117,7 @@ class LmdbLoopDataset(Dataset[dict[str, Any]]):
         value = self._txn.get(INDEX.pack(index))
         if value is None:
             raise IndexError(f"{self.path}: no sample {index} (the LMDB holds {self.length})")
-        return decode(value)
+        return self._decode(value)
 
     def __getstate__(self) -> dict[str, Any]:
         """Workers started by spawn get the path, never an open environment."""

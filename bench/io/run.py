@@ -80,7 +80,8 @@ def rounds(
 
 
 def payload_of(batch: Any) -> int:
-    return int(batch["bin"].nbytes)
+    payload = batch["bin"]  # RaggedBytes, or the list of bytes a hand-written loop collates
+    return sum(map(len, payload)) if isinstance(payload, list) else int(payload.nbytes)
 
 
 def run_once(

@@ -17,6 +17,9 @@ from bench.io.image_contenders import FUSED_PREPARED, LIMIT
 
 CLS_TARGET = 0.9
 """The least ratio of every format's cls-decoding row to its raw-bytes row (:data:`CLS_RAW`)."""
+READ_PATH_TARGETS = {("large", 0): 0.9, ("small", 0): 0.7, ("large", 2): 1.2, ("small", 2): 1.2}
+"""(profile, workers) -> the least ratio of every format's ``-cls`` row to the hand-written ``lmdb-loop``,
+warm (issue 33's targets; other worker counts are not judged)."""
 IMAGE_TARGETS = (  # (profile, contender, baseline, threshold): contender >= threshold x baseline
     ("images", "shardpipe-fused", "imagefolder-pil", 1.5),
     ("images", "shardpipe-fused", "webdataset-pil", 1.5),
@@ -69,12 +72,20 @@ def _groups(results: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, di
 
 
 def cls_targets(results: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
-    """Each format's ``-cls`` row against its raw-bytes row, at this run's worker count."""
+    """Each format's ``-cls`` row against its raw-bytes row, and against the hand-written ``lmdb-loop``
+    (:data:`READ_PATH_TARGETS`), at this run's worker count."""
     found = []
     for group in _groups(results).values():
         for contender, baseline in CLS_RAW.items():
             if contender in group and baseline in group:
                 found.append(judged(group, contender, baseline, CLS_TARGET, workers=workers))
+        profile = next(iter(group.values()))["profile"]
+        threshold = READ_PATH_TARGETS.get((profile, workers))
+        warm = next(iter(group.values())).get("cache", "warm") == "warm"
+        if threshold is not None and warm and "lmdb-loop" in group:
+            for contender in CLS_RAW:
+                if contender in group:
+                    found.append(judged(group, contender, "lmdb-loop", threshold, workers=workers))
     for target in found:
         target["target"] += f" (W={workers})"
     return found

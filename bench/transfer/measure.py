@@ -149,7 +149,7 @@ def _view(ring: Ring, seq: int, layout: Layout) -> dict[str, Any]:
         if kind == "ragged":
             size, count = info
             buffer, pos = source[pos : pos + size], pos + -(-size // 8) * 8
-            batch[name] = RaggedBytes(buffer.data, source[pos : pos + 8 * count].view(np.int64))  # type: ignore[arg-type]
+            batch[name] = RaggedBytes(buffer.data, source[pos : pos + 8 * count].view(np.int64))
             pos += 8 * count
         elif kind == "tensor":
             dtype, shape = np.dtype(info[0]), info[1]

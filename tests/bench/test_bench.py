@@ -13,7 +13,7 @@ import torch
 from bench.common.docs_page import PREAMBLE, SECTIONS, read_section, replace_section
 from bench.io.contenders import CLS_RAW, NAMES
 from bench.io.data import QUICK_WINDOWS
-from bench.io.targets import CLS_TARGET, paired_ratio
+from bench.io.targets import CLS_TARGET, READ_PATH_TARGETS, paired_ratio
 
 pytestmark = pytest.mark.bench
 
@@ -128,22 +128,28 @@ def test_remote_mode_reads_through_the_loopback_s3_server(tmp_path: Path) -> Non
     assert results["s3-tar-warm"]["fetched_mb"][0] < 0.2 * shard_mb
 
 
-def test_cls_rows_are_judged_against_their_raw_rows(quick: tuple[dict, Path, Path]) -> None:
-    """Every format's -cls row against its raw-bytes row, per profile, on paired ratios (never speed)."""
+def test_cls_rows_are_judged_against_their_raw_rows_and_the_lmdb_loop(quick: tuple[dict, Path, Path]) -> None:
+    """Every format's -cls row against its raw-bytes row and against the hand-written lmdb-loop, per
+    profile, on paired ratios (never speed)."""
     report, _, page = quick
-    targets = {(t["profile"], t["contender"]): t for t in report["targets"]}
-    assert set(targets) == {(p, c) for p in ("small", "large") for c in CLS_RAW}
+    targets = {(t["profile"], t["contender"], t["baseline"]): t for t in report["targets"]}
+    expected = {(p, c, b) for p in ("small", "large") for c in CLS_RAW for b in (CLS_RAW[c], "lmdb-loop")}
+    assert set(targets) == expected
     by = {(e["profile"], e["contender"]): e for e in report["results"]}
-    for (profile, contender), t in targets.items():
-        raw = by[(profile, CLS_RAW[contender])]
-        ratio = by[(profile, contender)]["runs"][0]["samples_per_s"] / raw["runs"][0]["samples_per_s"]
+    for (profile, contender, baseline), t in targets.items():
+        threshold = CLS_TARGET if baseline != "lmdb-loop" else READ_PATH_TARGETS[(profile, 2)]
+        ratio = (
+            by[(profile, contender)]["runs"][0]["samples_per_s"]
+            / by[(profile, baseline)]["runs"][0]["samples_per_s"]
+        )
         assert t["value"] == pytest.approx(ratio)  # one round: the paired ratio is that round's
-        assert t["met"] == (t["value"] >= CLS_TARGET) and t["threshold"] == CLS_TARGET
-        assert t["target"] == f"{contender} >= 0.9x {CLS_RAW[contender]} (W=2)"
+        assert t["met"] == (t["value"] >= threshold) and t["threshold"] == threshold
+        assert t["target"] == f"{contender} >= {threshold:g}x {baseline} (W=2)"
     section = read_section(page.read_text(), "bench-io") or ""
     assert (
         "#### Targets" in section and "| small | shardpipe-tar-cls >= 0.9x shardpipe-tar (W=2) | " in section
     )
+    assert "| large | shardpipe-lmdb-cls >= 1.2x lmdb-loop (W=2) | " in section
 
 
 def test_cls_rows_decode_labels_on_the_batch_path() -> None:
