@@ -281,6 +281,7 @@ class ShardedDataset(IterableDataset[Sample]):
             shard_paths=[shard.path for shard in self.shards],
             on_error=self.options.on_error,
             count_errors=partial(self._count_errors, plan.worker_index),
+            piece_size=self.options.batch_size * self.options.chunk_batches if self.batched else None,
         )
         return self._hand_out(reader.read(windows, plan.skip), plan.epoch, plan.worker_index)
 

@@ -61,6 +61,12 @@ class Columns:
             joined.fields[name] = bytecolumn.concat([piece.fields[name] for piece in pieces])
         return joined
 
+    def cut(self, start: int, stop: int) -> Columns:
+        """Samples ``[start, stop)``, sharing these columns' memory."""
+        fields = {name: bytecolumn.cut(column, start, stop) for name, column in self.fields.items()}
+        keys, pads = self.keys[start:stop], self.pads[start:stop]
+        return Columns(self.names, keys, fields, pads, self.shards[start:stop], self.sources[start:stop])
+
     def take(self, order: Sequence[int]) -> Columns:
         """The samples at ``order``, as new columns."""
         keys, fields = bytecolumn.in_order((self.keys, self.fields), order)
@@ -84,17 +90,24 @@ class Columns:
 
 def batches(windows: Iterable[Columns], batch_size: int, decoding: Decoding | None = None) -> Iterator[Batch]:
     """Cut consecutive windows (already in yield order) into batches of ``batch_size``; the last may be
-    shorter. A batch may span two windows, exactly as the DataLoader's own batching would. Fields with a
-    decoder are decoded a whole batch column at a time (:class:`Decoding`)."""
+    shorter. A batch may span two windows, exactly as the DataLoader's own batching would; only such a
+    batch is copied together, every other one is cut from its window's columns without a copy. Fields
+    with a decoder are decoded a whole batch column at a time (:class:`Decoding`)."""
     carry: Columns | None = None
     for window in windows:
-        if carry is not None and len(carry):
-            window = Columns.concat(window.names, [carry, window])
         start = 0
+        if carry is not None:
+            start = min(batch_size - len(carry), len(window))
+            carry = Columns.concat(window.names, [carry, window.cut(0, start)])
+            if len(carry) < batch_size:
+                continue
+            yield to_batch(carry, 0, batch_size, decoding)
+            carry = None
         while len(window) - start >= batch_size:
             yield to_batch(window, start, start + batch_size, decoding)
             start += batch_size
-        carry = window.take(range(start, len(window)))
+        if start < len(window):
+            carry = window.cut(start, len(window))
     if carry is not None and len(carry):
         yield to_batch(carry, 0, len(carry), decoding)
 

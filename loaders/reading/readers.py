@@ -22,6 +22,7 @@ from loaders.reading.compression import field_codecs
 from loaders.reading.source import DatasetSource
 from shardpipe.formats.base import Format, ShardReader
 from shardpipe.formats.compression import FieldCodecs
+from shardpipe.formats.landing import BufferPool, Landing
 from shardpipe.formats.layout import ShardIndex
 from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.formats.terms import ColumnsOut
@@ -98,6 +99,17 @@ class ShardReaders:
         parts = [(readers[run.shard_index], run.start, run.stop) for run in runs]
         return self._format.read_across(parts, names, self._window_buffer, order)
 
+    def locate(self, runs: Sequence[Run], names: Sequence[str]) -> Landing | None:
+        """Where the samples of ``runs`` lie, for each piece of them to be read straight into the columns it
+        is handed out in (``Format.locate``); ``None`` where that cannot be done or gains nothing (small
+        samples, readers that live for one read, more shards than stay open)."""
+        self._drop_inherited()
+        shards = dict.fromkeys(run.shard_index for run in runs)
+        if self._per_read or len(shards) > MAX_OPEN_SHARDS or not runs:
+            return None
+        readers = {shard: self._kept(shard) for shard in shards}
+        return self._format.locate([(readers[run.shard_index], run.start, run.stop) for run in runs], names)
+
     def open(self, shard_index: int) -> None:
         """Open the shard's reader now, if it stays open (so threads may then share the table)."""
         self._drop_inherited()
@@ -116,6 +128,14 @@ class ShardReaders:
         if buffer is None:
             buffer = self._thread.buffer = ReadBuffer()
         return buffer
+
+    @property
+    def landing_pool(self) -> BufferPool:
+        """The buffers large samples land in (:meth:`locate`), one pool per thread."""
+        pool: BufferPool | None = getattr(self._thread, "pool", None)
+        if pool is None:
+            pool = self._thread.pool = BufferPool()
+        return pool
 
     @property
     def _per_read(self) -> bool:

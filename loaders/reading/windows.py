@@ -9,6 +9,7 @@ length and every rank its step count. Under ``"raise"`` the first ``DataError`` 
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from loaders.reading.columns import Columns
 from loaders.reading.readers import ShardReaders
 from shardpipe.errors import DataError
 from shardpipe.formats import bytecolumn
+from shardpipe.formats.terms import ColumnsOut
 
 log = logging.getLogger("loaders")
 
@@ -37,41 +39,62 @@ class WindowReader:
     shard_paths: Sequence[str]
     on_error: OnError = "raise"
     count_errors: Callable[[int], None] = lambda count: None
+    piece_size: int | None = None
+    """The batch size of the batch path: windows of large samples are read in pieces that end with batches."""
 
     def read(self, windows: Sequence[Window], skip: int) -> Iterator[Columns]:
         """Each window's columns in yield order, the first ``skip`` samples (consumed before a resume) left
-        out: whole windows among them are not even read."""
+        out: whole windows among them are not even read. With a ``piece_size``, a window of large samples
+        comes in pieces read straight into their columns (``ShardReaders.read_landed``), cut where the
+        batches of that size end, so that no batch but those that span two windows is copied again."""
+        yielded = 0
         for window in windows:
             size = len(window)
             if skip >= size:
                 skip -= size
                 continue
-            yield self.read_window(window, window.permutation()[skip:])
+            for columns in self._pieces(window, window.permutation()[skip:], yielded):
+                yielded += len(columns)
+                yield columns
             skip = 0
+
+    def _pieces(self, window: Window, order: np.ndarray, yielded: int) -> Iterator[Columns]:
+        """The window at ``order``: in landed pieces where the readers can land it, else whole. A piece
+        that fails under ``on_error="skip"`` sends the rest of the window the way that finds bad samples."""
+        landing = None
+        if self.piece_size is not None:
+            try:
+                landing = self.readers.locate(window.runs, self.fields)
+            except DataError:
+                if self.on_error == "raise":
+                    raise
+        if landing is not None and self.piece_size is not None:
+            first = self.piece_size - yielded % self.piece_size
+            bounds = [0, *range(first, len(order), self.piece_size), len(order)]
+            for a, b in itertools.pairwise(bounds):
+                try:
+                    landed = landing.land(order[a:b], self.readers.landing_pool)
+                except DataError:
+                    if self.on_error == "raise":
+                        raise
+                    order = order[a:]
+                    break
+                yield self._columns(window.runs, order[a:b], landed)
+            else:
+                return
+        yield self.read_window(window, order)
 
     def read_window(self, window: Window, order: np.ndarray) -> Columns:
         """The window's samples at ``order`` (positions in read order): all its shards read together and
         cut out in that order when the format can (``Format.read_across``), else shard by shard."""
         runs = window.runs
-        codecs = self.readers.codecs
         try:
             joined = self.readers.read_window(runs, self.fields, order)
             if joined is not None:
-                lengths = [run.stop - run.start for run in runs]
-                shards = np.repeat([run.shard_index for run in runs], lengths)[order].tolist()
-                if codecs is not None:
-                    indexes = np.concatenate([np.arange(run.start, run.stop) for run in runs])[order]
-                    paths = np.asarray(self.shard_paths, dtype=object)
-                    names = paths[np.repeat([run.shard_index for run in runs], lengths)[order]]
-                    fields = codecs.decode_columns(joined[0], joined[1], names, indexes)
-                    joined = (joined[0], fields)
+                return self._columns(runs, order, joined)
         except DataError:
             if self.on_error == "raise":
                 raise
-            joined = None  # shard by shard below, which finds the bad samples
-        if joined is not None:
-            pads = np.repeat([bool(run.is_pad) for run in runs], lengths)[order].tolist()
-            return Columns(self.fields, joined[0], joined[1], pads, shards)
         pieces: list[Columns] = []
         bad: list[int] = []
         first = 0
@@ -92,6 +115,18 @@ class WindowReader:
         if bad:
             _replace_errors(columns, bad, [self.shard_paths[run.shard_index] for run in runs])
         return columns.take(order.tolist())
+
+    def _columns(self, runs: Sequence[Run], order: np.ndarray, joined: ColumnsOut) -> Columns:
+        """The columns of samples ``order`` of ``runs`` read together, decompressed where stored so."""
+        lengths = [run.stop - run.start for run in runs]
+        shard_of = np.repeat([run.shard_index for run in runs], lengths)[order]
+        keys, fields = joined
+        if (codecs := self.readers.codecs) is not None:
+            indexes = np.concatenate([np.arange(run.start, run.stop) for run in runs])[order]
+            names = np.asarray(self.shard_paths, dtype=object)[shard_of]
+            fields = codecs.decode_columns(keys, fields, names, indexes)
+        pads = np.repeat([bool(run.is_pad) for run in runs], lengths)[order].tolist()
+        return Columns(self.fields, keys, fields, pads, shard_of.tolist())
 
     def _read_group(self, group: Sequence[Run]) -> Columns:
         """The samples of spans of one shard, all or none."""

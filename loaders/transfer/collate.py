@@ -24,9 +24,12 @@ INLINE_TENSOR_BYTES = 1 << 20  # below this a tensor crosses processes inline, a
 
 @dataclass(frozen=True, slots=True)
 class RaggedBytes:
-    """A batch of variable-length byte strings: ``buffer[offsets[i]:offsets[i + 1]]`` is item i."""
+    """A batch of variable-length byte strings: ``buffer[offsets[i]:offsets[i + 1]]`` is item i.
 
-    buffer: bytes
+    ``buffer`` is ``bytes`` or a read-only ``memoryview`` of the column the batch was cut from (no copy);
+    items come out as ``bytes`` either way, and a pickled batch carries ``bytes``."""
+
+    buffer: bytes | memoryview
     offsets: np.ndarray  # (n + 1,) int64
 
     @classmethod
@@ -40,13 +43,17 @@ class RaggedBytes:
         if not -len(self) <= index < len(self):
             raise IndexError(f"index {index} out of range for {len(self)} items")
         index %= len(self)
-        return self.buffer[self.offsets[index] : self.offsets[index + 1]]
+        return bytes(self.buffer[self.offsets[index] : self.offsets[index + 1]])
 
     def __iter__(self) -> Iterator[bytes]:
         bounds = self.offsets.tolist()
         buffer = self.buffer
         for i in range(len(bounds) - 1):
-            yield buffer[bounds[i] : bounds[i + 1]]
+            yield bytes(buffer[bounds[i] : bounds[i + 1]])
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes, np.ndarray]]:
+        buffer = self.buffer if isinstance(self.buffer, bytes) else self.buffer.tobytes()
+        return RaggedBytes, (buffer, self.offsets)
 
     def tolist(self) -> list[bytes]:
         return list(self)

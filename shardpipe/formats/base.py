@@ -27,6 +27,7 @@ from shardpipe.formats.terms import Column, ColumnsOut, Fields
 if TYPE_CHECKING:  # the CLI imports the registry for the format names: keep numpy out of its start-up
     import numpy as np
 
+    from shardpipe.formats.landing import Landing
     from shardpipe.formats.layout import SampleLayout, ShardIndex
 
 Offsets: TypeAlias = "ShardIndex | Sequence[int] | np.ndarray"
@@ -134,6 +135,13 @@ class Format(Protocol):
         Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
         """
 
+    def locate(self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str]) -> Landing | None:
+        """Where the samples of ``parts`` (a loader's window, in read order, from readers open in this
+        process) lie, so that each piece of the window is read straight into its batches' columns
+        (:mod:`~shardpipe.formats.landing`): the read path of large samples. ``None`` when they are too
+        small to gain or the readers cannot (read them with :meth:`read_across` then).
+        """
+
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         """Parse every record; return keys, layouts and the end offset, as the writer's ``close()`` does.
 
@@ -211,3 +219,6 @@ class FormatBase:
     ) -> Iterator[tuple[str, Fields]]:
         with self.open_reader(path, offsets, check=check) as reader:
             yield from reader.read(start, stop)
+
+    def locate(self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str]) -> Landing | None:
+        return None

@@ -74,6 +74,15 @@ def gather(
     return tiled.take(pa.array(2 * picks, mask=None if present is None else ~present[picks]))
 
 
+def packed(data: np.ndarray, sizes: np.ndarray) -> ByteColumn:
+    """Values of ``sizes`` bytes each, end to end in ``data`` (uint8), as an Arrow array over it: no copy."""
+    pa = _arrow()
+    offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(sizes), buffers)
+
+
 def texts(
     buffer: bytes | memoryview, starts: np.ndarray, stops: np.ndarray, order: np.ndarray | None = None
 ) -> list[str] | None:
@@ -105,6 +114,11 @@ def concat(columns: Sequence[ByteColumn]) -> ByteColumn:
     return [value for column in columns for value in values(column)]
 
 
+def cut(column: ByteColumn, start: int, stop: int) -> ByteColumn:
+    """Values ``[start, stop)``, sharing the column's memory (an Arrow slice, or a list's slice)."""
+    return column[start:stop] if isinstance(column, list) else column.slice(start, stop - start)
+
+
 def take(column: ByteColumn, order: Sequence[int] | np.ndarray) -> ByteColumn:
     """The values at ``order``, as a new column of the same kind."""
     if isinstance(column, list):
@@ -130,9 +144,10 @@ def first_missing(column: ByteColumn, start: int, stop: int) -> int | None:
     return start + part.is_null().index(True).as_py() if part.null_count else None
 
 
-def ragged(column: ByteColumn, start: int, stop: int) -> tuple[bytes, np.ndarray]:
+def ragged(column: ByteColumn, start: int, stop: int) -> tuple[bytes | memoryview, np.ndarray]:
     """Values ``[start, stop)`` end to end, and the ``stop - start + 1`` offsets into them (from 0); none
-    may be missing."""
+    may be missing. An Arrow column's values are already end to end: they come as a read-only view of its
+    buffer, not a copy (the view keeps the buffer alive)."""
     if isinstance(column, list):
         part = column[start:stop]
         offsets = np.zeros(len(part) + 1, dtype=np.int64)
@@ -142,4 +157,4 @@ def ragged(column: ByteColumn, start: int, stop: int) -> tuple[bytes, np.ndarray
     offsets = np.frombuffer(part.buffers()[1], np.int64)[part.offset : part.offset + len(part) + 1]
     first, last = int(offsets[0]), int(offsets[-1])
     data = part.buffers()[2]
-    return (data[first:last].to_pybytes() if data is not None else b""), offsets - first
+    return (memoryview(data).cast("B").toreadonly()[first:last] if data is not None else b""), offsets - first

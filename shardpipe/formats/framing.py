@@ -27,6 +27,7 @@ import xxhash
 from shardpipe.errors import DataError
 from shardpipe.formats import bytecolumn
 from shardpipe.formats.bytecolumn import ByteColumn
+from shardpipe.formats.landing import Spans
 from shardpipe.formats.terms import Column, ColumnsOut, Fields
 
 VERSION = 2
@@ -128,29 +129,12 @@ def decode(record: bytes | memoryview, *, version: int = VERSION, check: bool = 
 
     ``version`` is the shard's framing version; ``check=False`` skips a version-2 record's checksum.
     """
-    size = len(record)
-    end = size - _CHECKSUM.size if version >= 2 else size
-    try:
-        (count,) = _COUNT.unpack_from(record, 0)
-        if not 0 < count < _MAX_FIELDS:
-            raise FramingError(f"record declares {count} fields")
-        table = _table(count)
-        if 4 + table.size > end:
-            raise FramingError(f"record of {size} bytes is shorter than its header")
-        lengths = table.unpack_from(record, 4)
-        names_start = 4 + 8 * count
-        pos = 4 + table.size + sum(lengths[count:])
-        if pos + sum(lengths[:count]) != end:
-            raise FramingError(f"record is {size} bytes, its header declares {pos + sum(lengths[:count])}")
-        view = record if isinstance(record, memoryview) else memoryview(record)
-        schema = bytes(view[names_start:pos])
-        names = _schemas.get(schema) or _names(schema, count)
-    except (struct.error, UnicodeDecodeError) as exc:
-        raise FramingError(f"record of {size} bytes has a malformed header: {exc}") from exc
+    view = record if isinstance(record, memoryview) else memoryview(record)
+    names, lengths, pos, end = _header(view, version)
     key_end = pos + lengths[0]
     fields: Fields = {}
     stop = key_end
-    for index in range(1, count):
+    for index in range(1, len(names)):
         start, stop = stop, stop + lengths[index]
         fields[names[index]] = view[start:stop].tobytes()
     if check and version >= 2:  # over the copies: each byte read from the record once, then from the cache
@@ -164,6 +148,70 @@ def decode(record: bytes | memoryview, *, version: int = VERSION, check: bool = 
     except UnicodeDecodeError as exc:
         raise FramingError(f"key is not UTF-8: {exc}") from exc
     return key, fields
+
+
+def _header(view: memoryview, version: int) -> tuple[tuple[str, ...], tuple[int, ...], int, int]:
+    """A record's field names (the key first), data lengths, where its data starts and where the checksum
+    starts (or the record ends), the header checked against the record's length before anything else."""
+    size = len(view)
+    end = size - _CHECKSUM.size if version >= 2 else size
+    try:
+        (count,) = _COUNT.unpack_from(view, 0)
+        if not 0 < count < _MAX_FIELDS:
+            raise FramingError(f"record declares {count} fields")
+        table = _table(count)
+        if 4 + table.size > end:
+            raise FramingError(f"record of {size} bytes is shorter than its header")
+        lengths = table.unpack_from(view, 4)
+        names_start = 4 + 8 * count
+        pos = 4 + table.size + sum(lengths[count:])
+        if pos + sum(lengths[:count]) != end:
+            raise FramingError(f"record is {size} bytes, its header declares {pos + sum(lengths[:count])}")
+        schema = bytes(view[names_start:pos])
+        names = _schemas.get(schema) or _names(schema, count)
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise FramingError(f"record of {size} bytes has a malformed header: {exc}") from exc
+    return names, lengths[:count], pos, end
+
+
+def record_spans(
+    records: Sequence[memoryview], names: Sequence[str], *, version: int, check: bool
+) -> Spans | None:
+    """Where each record's checked bytes, key and each of ``names`` lie (:class:`~.landing.Spans`, each
+    record its own source), read from the headers as arrays; ``None`` when a record does not repeat the
+    first one's field names or its header disagrees with its length (decode them one by one then, which
+    names the fault)."""
+    sizes = np.fromiter(map(len, records), np.int64, len(records))
+    try:
+        first, _, header, _ = _header(records[0], version)
+    except FramingError:
+        return None
+    count, tail = len(first), _CHECKSUM.size if version >= 2 else 0
+    if int(sizes.min()) < header + tail:
+        return None
+    heads = np.frombuffer(b"".join([record[:header] for record in records]), np.uint8).reshape(-1, header)
+    table_end = 4 + 8 * count
+    lengths = heads[:, 4:table_end].copy().view("<u8")  # (n, count)
+    if not (
+        (heads[:, :4] == heads[0, :4]).all()  # the field count
+        and (heads[:, table_end:] == heads[0, table_end:]).all()
+        and (lengths <= sizes[:, None].astype(np.uint64)).all()  # so that the sum cannot wrap
+        and (header + lengths.sum(axis=1, dtype=np.uint64) + tail == sizes.astype(np.uint64)).all()
+    ):
+        return None
+    cuts = np.empty((len(records), count + 1), np.int64)
+    cuts[:, 0] = header
+    np.cumsum(lengths.astype(np.int64), axis=1, out=cuts[:, 1:])
+    cuts[:, 1:] += header
+    missing = np.full(len(records), -1, np.int64)
+    at = {name: j for j, name in enumerate(first)}
+    starts = np.stack([cuts[:, at[name]] if name in at else missing for name in names], axis=1)
+    stops = np.stack([cuts[:, at[name] + 1] if name in at else missing for name in names], axis=1)
+    checksums = None
+    if check and version >= 2:
+        checksums = np.frombuffer(b"".join([record[-tail:] for record in records]), "<u8")
+    zeros = np.zeros(len(records), np.int64)
+    return Spans(records, zeros, sizes - tail, checksums, cuts[:, 0], cuts[:, 1], starts, stops)
 
 
 def decode_many(

@@ -32,6 +32,7 @@ import numpy as np
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.formats import framing
 from shardpipe.formats.base import FormatBase, Offsets, ReaderBase, RemoteBytes, ShardReader
+from shardpipe.formats.landing import LANDED_MIN_BYTES, BufferPool, land, lands
 from shardpipe.formats.layout import (
     KEY_START,
     KEY_STOP,
@@ -401,6 +402,57 @@ class LmdbReader(ReaderBase):
         return keys, layouts, len(keys)
 
 
+class LmdbWindow:
+    """A window's records, landed a piece at a time (:mod:`.landing`) from LMDB's own map: each piece's
+    records are looked up by key through one read transaction per shard, their headers read as arrays
+    (:func:`framing.record_spans`), and each record hashed and its large fields copied where LMDB maps it."""
+
+    def __init__(self, parts: Sequence[Part], names: Sequence[str], *, version: int, check: bool) -> None:
+        self._readers = list(dict.fromkeys(reader for reader, _, _ in parts))
+        slot = {reader: i for i, reader in enumerate(self._readers)}
+        for reader, start, stop in parts:
+            reader._check_runs([(start, stop)])
+        counts = [stop - start for _, start, stop in parts]
+        self._reader_of = np.repeat([slot[reader] for reader, _, _ in parts], counts)
+        self._sample_of = np.concatenate([np.arange(start, stop) for _, start, stop in parts])
+        self._names, self._version, self._check = tuple(names), version, check
+
+    def land(self, order: np.ndarray, pool: BufferPool) -> ColumnsOut:
+        reader_of, sample_of = self._reader_of[order].tolist(), self._sample_of[order].tolist()
+        readers = self._readers
+        with ExitStack() as stack:
+            txns = {}
+            for slot in dict.fromkeys(reader_of):
+                readers[slot]._check_runs([])
+                txns[slot] = stack.enter_context(readers[slot]._env.begin(buffers=True))
+            try:
+                records = [txns[r].get(_INDEX.pack(s)) for r, s in zip(reader_of, sample_of, strict=True)]
+            except lmdb.Error as exc:
+                raise CorruptShardError.at(readers[reader_of[0]]._shard, f"LMDB: {exc}") from exc
+            for i, record in enumerate(records):
+                if record is None or len(record) > readers[reader_of[i]]._file_size:
+                    what = (
+                        "no record under this index" if record is None else f"record of {len(record):,} bytes"
+                    )
+                    raise CorruptShardError.at(readers[reader_of[i]]._shard, what, sample_index=sample_of[i])
+            views = cast(list[memoryview], records)
+            spans = framing.record_spans(views, self._names, version=self._version, check=self._check)
+            landed = lands(spans.starts, spans.stops) if spans is not None else None
+            if spans is None or landed is None or not landed.any():
+                try:  # copies every field out, and names the first damaged record
+                    return framing.decode_many(views, self._names, version=self._version, check=self._check)
+                except framing.RecordError as exc:
+                    at = exc.position
+                    raise CorruptShardError.at(
+                        readers[reader_of[at]]._shard, str(exc), sample_index=sample_of[at]
+                    ) from exc
+
+            def locate(i: int) -> tuple[str, int]:
+                return readers[reader_of[i]]._shard, sample_of[i]
+
+            return land(spans, self._names, landed, pool, locate)
+
+
 class LmdbFormat(FormatBase, format_name="lmdb"):
     def open_writer(self, path: Path) -> LmdbWriter:
         return LmdbWriter(path)
@@ -428,6 +480,22 @@ class LmdbFormat(FormatBase, format_name="lmdb"):
         order: np.ndarray | None = None,
     ) -> ColumnsOut | None:
         return LmdbReader.read_across(cast(Sequence[Part], parts), names, buffer, order)
+
+    def locate(
+        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str]
+    ) -> LmdbWindow | None:
+        records = cast(Sequence[Part], parts)
+        kinds = {(reader._version, reader._check) for reader, _, _ in records}
+        if len(kinds) != 1:
+            return None
+        reader, start, _ = records[0]
+        reader._check_runs([])
+        with reader._env.begin(buffers=True) as txn:
+            first = txn.get(_INDEX.pack(start))
+            if first is None or len(first) < LANDED_MIN_BYTES:
+                return None  # too small to gain (or missing: the general path names it)
+        version, check = kinds.pop()
+        return LmdbWindow(records, names, version=version, check=check)
 
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         with LmdbReader(path) as reader:

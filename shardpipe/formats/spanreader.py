@@ -10,6 +10,7 @@ runs of several such shards (a loader's window) into one buffer and cuts them to
 
 from __future__ import annotations
 
+import mmap
 import os
 import weakref
 from bisect import bisect_right
@@ -31,7 +32,9 @@ from shardpipe.formats.cutting import (
     cut_samples,
     is_plain,
 )
+from shardpipe.formats.landing import LANDED_MIN_BYTES
 from shardpipe.formats.layout import OFFSET, ShardIndex
+from shardpipe.formats.mapped import MappedShard, MappedWindow
 from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.formats.terms import ColumnsOut, Fields
 
@@ -82,6 +85,21 @@ class SpanReader(ReaderBase):
         else:
             self._fd = _open_checked(path, end)
         self._closer = weakref.finalize(self, _close, self._fd)
+        self._mapped: MappedShard | None = None
+
+    def mapped(self) -> MappedShard:
+        """The file mapped into memory (once; the map lives as long as this reader and its users)."""
+        if self._mapped is None:
+            data = memoryview(mmap.mmap(self._fd, 0, prot=mmap.PROT_READ))
+            closer = self._closer
+            self._mapped = MappedShard(
+                self._shard, self._fd, cast(ShardIndex, self._index), data, lambda: closer.alive
+            )
+        return self._mapped
+
+    def close(self) -> None:
+        self._mapped = None  # unmapped once no window holds it
+        super().close()
 
     def read(self, start: int, stop: int) -> Iterator[tuple[str, Fields]]:
         """Yield ``(key, fields)`` for samples ``start <= i < stop``."""
@@ -359,3 +377,23 @@ class SpanFormat(FormatBase):
         order: np.ndarray | None = None,
     ) -> ColumnsOut | None:
         return SpanReader.read_across(cast(Sequence[Part], parts), names, buffer, order)
+
+    def locate(
+        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str]
+    ) -> MappedWindow | None:
+        spans = cast(Sequence[Part], parts)
+        readers = list(dict.fromkeys(reader for reader, _, _ in spans))
+        first = readers[0]
+        if not all(r.joinable and r._joint_layout() == first._joint_layout() for r in readers):
+            return None
+        for reader in readers:
+            if not reader._closer.alive:
+                raise UsageError(f"the reader of {reader._shard} is closed")
+        offsets = {reader: cast(ShardIndex, reader._index).offsets for reader in readers}
+        total = sum(offsets[r].item(stop) - offsets[r].item(start) for r, start, stop in spans)
+        if total < LANDED_MIN_BYTES * sum(stop - start for _, start, stop in spans):
+            return None  # too small to gain: a field lands only where it averages that much
+        slot = {reader: i for i, reader in enumerate(readers)}
+        located = [(slot[reader], start, stop) for reader, start, stop in spans]
+        window = MappedWindow([r.mapped() for r in readers], located, names, verified=first._verified)
+        return window if window.landed.any() else None

@@ -1,0 +1,167 @@
+"""Reading large samples straight into the columns their batches are cut from: one copy, every byte checked.
+
+For samples of a few KiB and up the copies are the cost (docs/design-record.md, "One copy"). Here a
+sample's bytes are read where the page cache already holds them, with no copy of their own: through a
+memory map of its shard file (tar, TFRecord) or as the view LMDB's map hands out. Its whole span is hashed
+there in one call, which also brings it into the CPU cache, then each large field is copied out of the
+cache into one buffer per field, end to end in the order asked for: a batch's column is a slice of that
+buffer and is never copied again. Keys and small fields are copied out one by one (a few bytes each).
+
+A format says where its samples lie (:class:`Spans`) and :func:`land` does the rest, for every format
+alike. The checksum is compared before anything is returned, so a damaged sample never reaches a batch.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import xxhash
+
+from shardpipe.errors import CorruptShardError
+from shardpipe.formats.bytecolumn import ByteColumn, packed
+from shardpipe.formats.terms import ColumnsOut
+
+LANDED_MIN_BYTES = 8192
+"""A field lands in a buffer of its own when its values average at least this; smaller ones are copied out
+one by one, which costs less than a column's fixed cost at these counts (docs/design-record.md, "One
+copy")."""
+POOLED_BUFFERS = 8
+"""Landing buffers a thread keeps for reuse (:class:`BufferPool`)."""
+
+
+class Landing(Protocol):
+    """A window's samples, located once, landed a piece at a time (a piece ends where batches do)."""
+
+    def land(self, order: np.ndarray, pool: BufferPool) -> ColumnsOut:
+        """The samples at ``order`` (positions in the window's read order), in that order.
+
+        Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
+        """
+
+
+class BufferPool:
+    """Landing buffers reused once nothing refers to them any more (the batches cut from them are gone).
+
+    A fresh buffer of a few MiB comes from the kernel as zeroed pages, which costs a page fault and a
+    write per 4 KiB before the copy writes it again; a buffer that was used before does not. A buffer is
+    free when the pool holds the only reference to it: every column cut from it holds a view of it.
+    One pool per thread: it is not thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: list[np.ndarray] = []
+
+    def take(self, size: int) -> np.ndarray:
+        """``size`` bytes (uint8), not zeroed."""
+        free = [b for b in self._buffers if sys.getrefcount(b) == _POOL_ONLY and len(b) >= size]
+        if free:
+            return min(free, key=len)[:size]
+        if len(self._buffers) >= POOLED_BUFFERS:
+            idle = [b for b in self._buffers if sys.getrefcount(b) == _POOL_ONLY]
+            if not idle:
+                return np.empty(size, np.uint8)  # every pooled buffer is in use: this one is not kept
+            self._buffers.remove(idle[0])
+            del idle
+        self._buffers.append(np.empty(size, np.uint8))
+        return self._buffers[-1][:size]
+
+
+_POOL_ONLY = 3
+"""``sys.getrefcount`` of a pooled buffer nobody else holds: the pool's list, the loop's name, the call's
+argument."""
+
+
+@dataclass(frozen=True, slots=True)
+class Spans:
+    """Where ``n`` samples lie, in the order they are handed out. Sample i lies in ``sources[i]`` (a memory
+    map or a view of one): its checked bytes ``[begins[i], ends[i])``, whose xxh3_64 is ``checksums[i]``
+    (``None``: not checked), its key ``[key_starts[i], key_stops[i])`` and field j ``[starts[i, j],
+    stops[i, j])``, ``-1`` where the sample lacks it. Positions are int64, ``(n,)`` or ``(n, k)``."""
+
+    sources: Sequence[memoryview]
+    begins: np.ndarray
+    ends: np.ndarray
+    checksums: np.ndarray | None
+    key_starts: np.ndarray
+    key_stops: np.ndarray
+    starts: np.ndarray
+    stops: np.ndarray
+
+
+def lands(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """``(k,)``: which fields land in buffers of their own: present in every sample, and averaging
+    ``LANDED_MIN_BYTES``."""
+    present = (starts >= 0).all(axis=0)
+    large = (stops - starts).sum(axis=0) >= LANDED_MIN_BYTES * max(len(starts), 1)
+    result: np.ndarray = present & large
+    return result
+
+
+def land(
+    spans: Spans,
+    names: Sequence[str],
+    landed: np.ndarray,
+    pool: BufferPool,
+    locate: Callable[[int], tuple[str, int]],
+) -> ColumnsOut:
+    """The samples of ``spans`` as keys and a column per field of ``names``: fields where ``landed`` is set
+    copied end to end into a buffer each, the others as one ``bytes`` per sample (``None`` where absent).
+    ``locate(i)`` names sample i (its shard and index) in errors."""
+    sources, n = spans.sources, len(spans.sources)
+    sizes = spans.stops - spans.starts  # (n, k)
+    fields: dict[str, ByteColumn] = {}
+    digest = xxhash.xxh3_64_intdigest
+    digests: list[int] | None = None
+    for j in np.flatnonzero(landed).tolist():
+        dest = pool.take(int(sizes[:, j].sum()))
+        view = dest.data
+        at = np.zeros(n + 1, np.int64)
+        np.cumsum(sizes[:, j], out=at[1:])
+        starts, stops = spans.starts[:, j].tolist(), spans.stops[:, j].tolist()
+        places = zip(sources, starts, stops, at[:-1].tolist(), strict=True)
+        if digests is None and spans.checksums is not None:
+            # The span hashed first, from the page cache; its field then copied from the CPU cache.
+            digests = []
+            for begin, end, (source, start, stop, to) in zip(
+                spans.begins.tolist(), spans.ends.tolist(), places, strict=True
+            ):
+                digests.append(digest(source[begin:end]))
+                view[to : to + stop - start] = source[start:stop]
+        else:
+            for source, start, stop, to in places:
+                view[to : to + stop - start] = source[start:stop]
+        fields[names[j]] = packed(dest, sizes[:, j])
+    if spans.checksums is not None:
+        if digests is None:
+            checked = zip(sources, spans.begins.tolist(), spans.ends.tolist(), strict=True)
+            digests = [digest(source[begin:end]) for source, begin, end in checked]
+        bad = np.flatnonzero(np.array(digests, np.uint64) != spans.checksums)
+        if len(bad):
+            shard, sample = locate(int(bad[0]))
+            detail, offset = "sample bytes differ from their checksum", int(spans.begins[bad[0]])
+            raise CorruptShardError.at(shard, detail, sample_index=sample, offset=offset)
+    for j in np.flatnonzero(~landed).tolist():
+        values = zip(sources, spans.starts[:, j].tolist(), spans.stops[:, j].tolist(), strict=True)
+        fields[names[j]] = [source[a:z].tobytes() if a >= 0 else None for source, a, z in values]
+    return _keys(spans, locate), {name: fields[name] for name in names}
+
+
+def _keys(spans: Spans, locate: Callable[[int], tuple[str, int]]) -> list[str]:
+    """The keys, naming the first that is not UTF-8."""
+    places = list(zip(spans.sources, spans.key_starts.tolist(), spans.key_stops.tolist(), strict=True))
+    try:
+        return [str(source[a:z], "utf-8") for source, a, z in places]
+    except UnicodeDecodeError:
+        pass
+    keys = []
+    for i, (source, a, z) in enumerate(places):
+        try:
+            keys.append(str(source[a:z], "utf-8"))
+        except UnicodeDecodeError as exc:
+            shard, sample = locate(i)
+            raise CorruptShardError.at(shard, f"key is not UTF-8: {exc}", sample_index=sample) from None
+    return keys

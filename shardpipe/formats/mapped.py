@@ -1,0 +1,103 @@
+"""Large samples of the formats read by byte offset (tar, TFRecord), landed from a memory map of each shard.
+
+The index says where every sample, key and field lies, so a window is located with a few array operations
+and each piece of it is landed by :func:`.landing.land` straight out of the map. A file cut short while it
+is mapped would fault the process (SIGBUS) at the first touch past its end, so every piece first checks the
+size of each file it reads against the spans it needs, and names the first sample the file no longer holds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardpipe.errors import CorruptShardError, UsageError
+from shardpipe.formats.landing import BufferPool, Spans, land, lands
+from shardpipe.formats.layout import CHECKSUM, KEY_START, KEY_STOP, OFFSET, ShardIndex
+from shardpipe.formats.terms import ColumnsOut
+
+
+@dataclass(frozen=True, slots=True)
+class MappedShard:
+    """An open shard file, its index and its bytes mapped; ``alive()`` is false once its reader closed."""
+
+    name: str
+    fd: int
+    index: ShardIndex
+    data: memoryview
+    alive: Callable[[], bool]
+
+
+class MappedWindow:
+    """The samples of ``parts`` (``(shard, start, stop)``, shard a position in ``shards``), in read order."""
+
+    def __init__(
+        self,
+        shards: Sequence[MappedShard],
+        parts: Sequence[tuple[int, int, int]],
+        names: Sequence[str],
+        *,
+        verified: bool,
+    ) -> None:
+        self._shards, self._names, self._verified = shards, tuple(names), verified
+        for shard, start, stop in parts:
+            if not 0 <= start <= stop <= shards[shard].index.num_samples:
+                detail = (
+                    f"samples [{start}, {stop}) requested, the shard holds {shards[shard].index.num_samples}"
+                )
+                raise CorruptShardError.at(shards[shard].name, detail, sample_index=max(start, 0))
+        tables = [shards[shard].index.table for shard, _, _ in parts]
+        rows = np.concatenate([t[start:stop] for t, (_, start, stop) in zip(tables, parts, strict=True)])
+        self._rows = rows.astype(np.int64)  # NO_SPAN becomes -1
+        self._ends = np.concatenate(
+            [t[start + 1 : stop + 1, OFFSET] for t, (_, start, stop) in zip(tables, parts, strict=True)]
+        ).astype(np.int64)
+        self._checksums = rows[:, CHECKSUM] if verified else None
+        counts = [stop - start for _, start, stop in parts]
+        self._shard_of = np.repeat([shard for shard, _, _ in parts], counts)
+        self._sample_of = np.concatenate([np.arange(start, stop) for _, start, stop in parts])
+        self._window_ends = np.zeros(len(shards), np.int64)  # the end of the last span read from each file
+        np.maximum.at(self._window_ends, self._shard_of, self._ends)
+        index = shards[0].index
+        columns = [index.first_field + 2 * index.fields.index(name) for name in names]
+        self._columns = np.array(columns)
+        self.landed = lands(self._rows[:, self._columns], self._rows[:, self._columns + 1])
+        """Which of ``names`` land in buffers of their own (none: the samples are too small to gain)."""
+
+    def land(self, order: np.ndarray, pool: BufferPool) -> ColumnsOut:
+        rows, ends, shard_of = self._rows[order], self._ends[order], self._shard_of[order]
+        self._check_sizes(shard_of, ends, order)
+        maps = [shard.data for shard in self._shards]
+        spans = Spans(
+            sources=[maps[shard] for shard in shard_of.tolist()],
+            begins=rows[:, OFFSET],
+            ends=ends,
+            checksums=None if self._checksums is None else self._checksums[order],
+            key_starts=rows[:, KEY_START],
+            key_stops=rows[:, KEY_STOP],
+            starts=rows[:, self._columns],
+            stops=rows[:, self._columns + 1],
+        )
+
+        def locate(i: int) -> tuple[str, int]:
+            return self._shards[int(shard_of[i])].name, int(self._sample_of[order[i]])
+
+        return land(spans, self._names, self.landed, pool, locate)
+
+    def _check_sizes(self, shard_of: np.ndarray, ends: np.ndarray, order: np.ndarray) -> None:
+        """Every file still holds the spans read from it: a touch past a mapped file's end is a fault."""
+        for shard in set(shard_of.tolist()):
+            mapped = self._shards[shard]
+            if not mapped.alive():
+                raise UsageError(f"the reader of {mapped.name} is closed")
+            size = os.fstat(mapped.fd).st_size
+            if size >= self._window_ends[shard]:
+                continue
+            beyond = (shard_of == shard) & (ends > size)
+            if beyond.any():
+                first = int(self._sample_of[order[beyond]].min())
+                detail = f"file is {size:,} bytes now, shorter than when it was opened (cut short?)"
+                raise CorruptShardError.at(mapped.name, detail, sample_index=first)

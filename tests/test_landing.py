@@ -1,0 +1,204 @@
+"""Large samples read straight into their batches (``formats.landing``): the same batches as the general
+path, byte for byte, in every format; the same errors; and no fault when a mapped file is cut short."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xxhash
+
+from loaders import ShardedDataset, make_loader
+from loaders.batches import RaggedBytes
+from loaders.reading.readers import ShardReaders
+from shardpipe.errors import CorruptShardError, DataError
+from shardpipe.formats import framing, get_format, landing
+from shardpipe.formats.landing import LANDED_MIN_BYTES, BufferPool, Spans
+from shardpipe.formats.layout import ShardIndex
+from shardpipe.manifest import load_manifest
+from shardpipe.packing import PackOptions, pack
+from tests.datagen import payload
+
+FORMATS = ["tar", "tfrecord", "lmdb"]
+NUM_SAMPLES, PER_SHARD = 29, 6
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """29 samples over shards of 6: a large field that lands, a small one and the label that ride along."""
+    root = tmp_path_factory.mktemp("landing")
+    src = root / "src"
+    for i in range(NUM_SAMPLES):
+        key = f"c{i % 2}/{i:03d}"
+        (src / key).parent.mkdir(parents=True, exist_ok=True)
+        (src / f"{key}.bin").write_bytes(payload(key, "bin", LANDED_MIN_BYTES + 997 * i))
+        (src / f"{key}.txt").write_bytes(payload(key, "txt", 1 + i))
+    for fmt in FORMATS:
+        options = PackOptions(format=fmt, max_samples=PER_SHARD, labels="dirname")
+        pack(src, root / fmt, options, quiet=True)
+    return {fmt: root / fmt for fmt in FORMATS}
+
+
+def batches(path: Path, *, lands: bool, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """Every batch of two epochs of a shuffled pack, as plain lists; ``lands=False`` takes the general
+    path. Asserts that the landing path ran, or did not."""
+    located: list[object] = []
+    real = ShardReaders.locate
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            ShardReaders,
+            "locate",
+            lambda self, *a: located.append(real(self, *a) if lands else None) or located[-1],
+        )
+        dataset = ShardedDataset(path, rank=1, world_size=2, seed=3, shuffle_buffer=11, decode={"cls": "cls"})
+        loader = make_loader(dataset, batch_size=4, num_workers=0)
+        out = []
+        for epoch in (0, 1):
+            loader.set_epoch(epoch)
+            for batch in loader:
+                assert isinstance(batch["bin"], RaggedBytes)
+                out.append({k: v if isinstance(v, list) else v.tolist() for k, v in batch.items()})
+    assert located and all((window is not None) == lands for window in located)
+    return out
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_landed_batches_are_the_general_paths_byte_for_byte(
+    packed: dict[str, Path], fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    landed = batches(packed[fmt], lands=True, monkeypatch=monkeypatch)
+    assert landed == batches(packed[fmt], lands=False, monkeypatch=monkeypatch)
+    keys = [key for batch in landed[: len(landed) // 2] for key in batch["__key__"]]
+    assert len(keys) == 15 and len(set(keys)) == 15  # rank 1's half of an epoch of 29, one pad
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_landed_column_is_one_buffer_no_batch_copies(packed: dict[str, Path], fmt: str) -> None:
+    loader = make_loader(ShardedDataset(packed[fmt], shuffle_buffer=8), batch_size=4, num_workers=0)
+    column = next(iter(loader))["bin"]
+    assert isinstance(column.buffer, memoryview) and column.buffer.readonly  # a view, not a copy
+    assert [len(v) for v in column] == np.diff(column.offsets).tolist()
+
+
+def _copy(path: Path, to: Path) -> Path:
+    shutil.copytree(path, to)
+    return to
+
+
+def _shard_order(path: Path) -> list[str]:
+    """The keys in shard order."""
+    return [sample["__key__"] for sample in ShardedDataset(path, shuffle=False)]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_damaged_large_sample_is_named_or_skipped(
+    packed: dict[str, Path], fmt: str, tmp_path: Path
+) -> None:
+    out = _copy(packed[fmt], tmp_path / fmt)
+    key = _shard_order(out)[PER_SHARD + 2]  # sample 2 of shard 1
+    shard = out / load_manifest(out).splits["train"][1].path
+    data = bytearray(shard.read_bytes())
+    i = int(key.rsplit("/", 1)[1])
+    at = data.find(payload(key, "bin", LANDED_MIN_BYTES + 997 * i)[:64])
+    assert at > 0
+    data[at + 5000] ^= 0xFF  # inside the landed field
+    shard.write_bytes(bytes(data))
+    loader = make_loader(ShardedDataset(out, shuffle=False), batch_size=4, num_workers=0)
+    with pytest.raises(DataError, match=f"shard-000001.{fmt}.*sample 2.*checksum"):
+        list(loader)
+    skipping = ShardedDataset(out, shuffle=False, on_error="skip")
+    got = list(make_loader(skipping, batch_size=4, num_workers=0))
+    pads = list(itertools.chain.from_iterable(b["__pad__"].tolist() for b in got))
+    assert len(pads) == NUM_SAMPLES and sum(pads) == skipping.num_errors == 1
+
+
+@pytest.mark.parametrize("fmt", ["tar", "tfrecord"])
+def test_a_mapped_file_cut_short_names_the_sample_instead_of_faulting(
+    packed: dict[str, Path], fmt: str, tmp_path: Path
+) -> None:
+    """A touch past a mapped file's end would kill the process (SIGBUS): the size is checked first."""
+    out = _copy(packed[fmt], tmp_path / fmt)
+    manifest = load_manifest(out)
+    entry = manifest.splits["train"][0]
+    index = ShardIndex.read(out / str(entry.index_path), entry.num_samples, manifest.fields)
+    shard_format = get_format(fmt)
+    with shard_format.open_reader(out / entry.path, index) as reader:
+        window = shard_format.locate([(reader, 0, entry.num_samples)], ["bin", "txt"])
+        assert window is not None
+        keys, fields = window.land(np.array([0, 2, 1]), BufferPool())
+        assert len(keys) == 3 and len(fields["bin"]) == 3
+        with open(out / entry.path, "r+b") as file:
+            file.truncate(int(index.offsets[4]) - 10)  # sample 3 ends past the new end
+        with pytest.raises(
+            CorruptShardError, match=r"shard-000000.*sample 3.*shorter than when it was opened"
+        ):
+            window.land(np.array([1, 3, 4]), BufferPool())
+        keys, _ = window.land(np.array([2, 0]), BufferPool())  # what the file still holds reads on
+        assert len(keys) == 2
+
+
+def _spans(sources: list[bytes], rows: list[tuple[int, ...]], *, checked: bool) -> Spans:
+    """Spans of ``rows``: (begin, end, key start, key stop, then start and stop of each field)."""
+    table = np.array(rows, np.int64)
+    digests = [xxhash.xxh3_64_intdigest(sources[i][r[0] : r[1]]) for i, r in enumerate(rows)]
+    checksums = np.array(digests, np.uint64) if checked else None
+    begins, ends, key_starts, key_stops = table[:, :4].T
+    views = [memoryview(source) for source in sources]
+    return Spans(views, begins, ends, checksums, key_starts, key_stops, table[:, 4::2], table[:, 5::2])
+
+
+def _land(spans: Spans, landed: list[bool]) -> tuple[list[str], dict]:
+    names = ["big", "small"][: len(landed)]
+    return landing.land(spans, names, np.array(landed), BufferPool(), lambda i: ("shard-x", i))
+
+
+def test_land_copies_large_fields_into_one_buffer_and_the_rest_one_by_one() -> None:
+    first, second = b"..k1" + b"A" * 20 + b"s1", b"k2!" + b"B" * 30 + b"xx"
+    rows = [(0, len(first), 2, 4, 4, 24, 24, 26), (0, len(second), 0, 2, 3, 33, -1, -1)]
+    keys, fields = _land(_spans([first, second], rows, checked=True), [True, False])
+    assert keys == ["k1", "k2"]
+    assert fields["big"].to_pylist() == [b"A" * 20, b"B" * 30] and fields["small"] == [b"s1", None]
+    damaged = _spans([first, second], rows, checked=True)
+    assert damaged.checksums is not None
+    damaged.checksums[1] ^= 1
+    with pytest.raises(CorruptShardError, match="shard-x, sample 1, byte 0: sample bytes differ"):
+        _land(damaged, [True, False])
+    bad_key = _spans([b"\xff\xfeAAAA"], [(0, 6, 0, 2, 2, 6)], checked=False)
+    with pytest.raises(CorruptShardError, match="shard-x, sample 0: key is not UTF-8"):
+        _land(bad_key, [True])
+
+
+def test_record_spans_agree_with_decode_and_refuse_a_record_that_differs() -> None:
+    records = [framing.encode(f"k{i}", {"a": b"x" * (i + 1), "b": b"y" * (10 * i + 3)}) for i in range(5)]
+    views = [memoryview(record) for record in records]
+    spans = framing.record_spans(views, ["b", "z", "a"], version=framing.VERSION, check=True)
+    assert spans is not None
+    for i, record in enumerate(records):
+        key, fields = framing.decode(record)
+        assert bytes(record[spans.key_starts[i] : spans.key_stops[i]]).decode() == key
+        assert record[spans.starts[i, 0] : spans.stops[i, 0]] == fields["b"]
+        assert record[spans.starts[i, 2] : spans.stops[i, 2]] == fields["a"]
+        assert spans.starts[i, 1] == -1  # no field z
+        assert xxhash.xxh3_64_intdigest(record[: spans.ends[i]]) == spans.checksums[i]
+    other = framing.encode("k9", {"a": b"x", "c": b"y"})  # other field names: decoded one by one instead
+    assert framing.record_spans([*views, memoryview(other)], ["a"], version=2, check=True) is None
+    short = records[1][:-3]  # the header disagrees with the length
+    assert framing.record_spans([views[0], memoryview(short)], ["a"], version=2, check=True) is None
+
+
+def test_a_pooled_buffer_is_reused_only_once_nothing_holds_it() -> None:
+    pool = landing.BufferPool()
+    first = pool.take(1000)
+    address = first.__array_interface__["data"][0]
+    held = pool.take(500)  # ``first`` is still held: another buffer
+    assert held.__array_interface__["data"][0] != address
+    del first
+    again = pool.take(800)  # free now, and large enough
+    assert again.__array_interface__["data"][0] == address and len(again) == 800
+    bigger = pool.take(5000)  # none free is large enough: a new one
+    assert bigger.__array_interface__["data"][0] not in (address, held.__array_interface__["data"][0])
+    kept = [pool.take(10) for _ in range(2 * landing.POOLED_BUFFERS)]  # all held: the pool stops growing
+    assert len(pool._buffers) == landing.POOLED_BUFFERS and all(len(b) == 10 for b in kept)
