@@ -51,7 +51,9 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]]]
             )
             continue
         if "warm" in caches:
-            system.settle(sorted({p for name in args.contenders for p in contenders.files_read(name, dataset)}))
+            system.settle(
+                sorted({p for name in args.contenders for p in contenders.files_read(name, dataset)})
+            )
         for cache in caches:
             floor = system.floor(dataset.shard_files("tar"), dataset.payload_bytes, cold=cache == "cold")
             runs = _rounds(args, dataset, settings, step, (warmup, steps), profile_name, cache)
