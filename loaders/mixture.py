@@ -267,11 +267,13 @@ class Mixture(ShardedDataset):
             if skip >= size:
                 skip -= size
                 continue
-            grouped = self._read_window(rows, cursors, readers)
-            yield grouped.take(read_order(rows)[window_permutation(seed, size)[skip:]].tolist())
+            pieces = self._read_window(rows, cursors, readers)
+            yield Columns.gather(self.fields, pieces, read_order(rows)[window_permutation(seed, size)[skip:]])
             skip = 0
 
-    def _read_window(self, rows: Blocks, cursors: Sequence[int], readers: Sequence[WindowReader]) -> Columns:
+    def _read_window(
+        self, rows: Blocks, cursors: Sequence[int], readers: Sequence[WindowReader]
+    ) -> list[Columns]:
         """The window's samples grouped by source (each source read in one call), in the order
         :func:`~loaders.reading.mixed.read_order` undoes."""
         pieces = []
@@ -296,7 +298,7 @@ class Mixture(ShardedDataset):
             columns.shards = [offset + shard for shard in columns.shards] if columns.shards else []
             columns.sources = [source] * len(columns)
             pieces.append(columns)
-        return Columns.concat(self.fields, pieces)
+        return pieces
 
 
 @lru_cache(maxsize=8)

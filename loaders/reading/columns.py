@@ -61,6 +61,25 @@ class Columns:
             joined.fields[name] = bytecolumn.concat([piece.fields[name] for piece in pieces])
         return joined
 
+    @classmethod
+    def gather(cls, names: tuple[str, ...], pieces: Sequence[Columns], order: np.ndarray) -> Columns:
+        """The samples at ``order`` of ``pieces`` one after another: ``concat`` then ``take``, with each
+        field copied once instead of twice."""
+        picks = order.tolist()
+        keys = [key for piece in pieces for key in piece.keys]
+        pads = [pad for piece in pieces for pad in piece.pads]
+        fields = {
+            name: bytecolumn.take_across([piece.fields[name] for piece in pieces], order) for name in names
+        }
+        gathered = cls(names, [keys[i] for i in picks], fields, [pads[i] for i in picks])
+        if all(len(piece.shards) == len(piece) for piece in pieces):
+            shards = [shard for piece in pieces for shard in piece.shards]
+            gathered.shards = [shards[i] for i in picks]
+        if pieces and all(len(piece.sources) == len(piece) for piece in pieces):
+            sources = [source for piece in pieces for source in piece.sources]
+            gathered.sources = [sources[i] for i in picks]
+        return gathered
+
     def cut(self, start: int, stop: int) -> Columns:
         """Samples ``[start, stop)``, sharing these columns' memory."""
         fields = {name: bytecolumn.cut(column, start, stop) for name, column in self.fields.items()}

@@ -22,6 +22,7 @@ from loaders.reading.columns import Columns
 from loaders.reading.readers import ShardReaders
 from shardpipe.errors import DataError
 from shardpipe.formats import bytecolumn
+from shardpipe.formats.landing import Landing
 from shardpipe.formats.terms import ColumnsOut
 
 log = logging.getLogger("loaders")
@@ -61,13 +62,7 @@ class WindowReader:
     def _pieces(self, window: Window, order: np.ndarray, yielded: int) -> Iterator[Columns]:
         """The window at ``order``: in landed pieces where the readers can land it, else whole. A piece
         that fails under ``on_error="skip"`` sends the rest of the window the way that finds bad samples."""
-        landing = None
-        if self.piece_size is not None:
-            try:
-                landing = self.readers.locate(window.runs, self.fields)
-            except DataError:
-                if self.on_error == "raise":
-                    raise
+        landing = self._locate(window) if self.piece_size is not None else None
         if landing is not None and self.piece_size is not None:
             first = self.piece_size - yielded % self.piece_size
             bounds = [0, *range(first, len(order), self.piece_size), len(order)]
@@ -82,14 +77,21 @@ class WindowReader:
                 yield self._columns(window.runs, order[a:b], landed)
             else:
                 return
-        yield self.read_window(window, order)
+        yield self.read_window(window, order, land=False)
 
-    def read_window(self, window: Window, order: np.ndarray) -> Columns:
-        """The window's samples at ``order`` (positions in read order): all its shards read together and
-        cut out in that order when the format can (``Format.read_across``), else shard by shard."""
+    def read_window(self, window: Window, order: np.ndarray, *, land: bool = True) -> Columns:
+        """The window's samples at ``order`` (positions in read order): large samples straight into their
+        columns where the readers can land them (``ShardReaders.locate``), else all the window's shards read
+        together and cut out in that order when the format can (``Format.read_across``), else shard by
+        shard, which finds the bad samples under ``on_error="skip"``."""
         runs = window.runs
         try:
-            joined = self.readers.read_window(runs, self.fields, order)
+            landing = self.readers.locate(runs, self.fields) if land else None
+            joined = (
+                landing.land(order, self.readers.landing_pool)
+                if landing is not None
+                else self.readers.read_window(runs, self.fields, order)
+            )
             if joined is not None:
                 return self._columns(runs, order, joined)
         except DataError:
@@ -115,6 +117,16 @@ class WindowReader:
         if bad:
             _replace_errors(columns, bad, [self.shard_paths[run.shard_index] for run in runs])
         return columns.take(order.tolist())
+
+    def _locate(self, window: Window) -> Landing | None:
+        """Where the window's samples lie, to be landed (``ShardReaders.locate``); ``None`` under
+        ``on_error="skip"`` when a reader fails to open: the general path then finds the bad samples."""
+        try:
+            return self.readers.locate(window.runs, self.fields)
+        except DataError:
+            if self.on_error == "raise":
+                raise
+            return None
 
     def _columns(self, runs: Sequence[Run], order: np.ndarray, joined: ColumnsOut) -> Columns:
         """The columns of samples ``order`` of ``runs`` read together, decompressed where stored so."""

@@ -108,10 +108,25 @@ def values(column: ByteColumn) -> list[bytes | None]:
 
 
 def concat(columns: Sequence[ByteColumn]) -> ByteColumn:
-    """The columns one after another: one Arrow array when all are, else a list."""
-    if columns and not any(isinstance(column, list) for column in columns):
-        return _arrow().concat_arrays(list(columns))
-    return [value for column in columns for value in values(column)]
+    """The columns one after another: a list when all are, else one Arrow array (a list among Arrow
+    columns converted in one call: cheaper than a ``bytes`` object per Arrow value)."""
+    if all(isinstance(column, list) for column in columns):
+        return [value for column in columns for value in column]
+    pa = _arrow()
+    arrays = [pa.array(c, pa.large_binary()) if isinstance(c, list) else c for c in columns]
+    return pa.concat_arrays(arrays)
+
+
+def take_across(columns: Sequence[ByteColumn], order: np.ndarray) -> ByteColumn:
+    """The values at ``order`` of the columns one after another, copied once: a list when all are lists,
+    else one Arrow array (Arrow's take over the columns as the chunks of one array)."""
+    if all(isinstance(column, list) for column in columns):
+        joined = [value for column in columns for value in column]
+        return [joined[i] for i in order.tolist()]
+    pa = _arrow()
+    chunks = [pa.array(c, pa.large_binary()) if isinstance(c, list) else c for c in columns]
+    taken = pa.chunked_array(chunks, pa.large_binary()).take(pa.array(order, pa.int64()))
+    return taken.chunk(0) if taken.num_chunks == 1 else taken.combine_chunks()
 
 
 def cut(column: ByteColumn, start: int, stop: int) -> ByteColumn:
