@@ -145,6 +145,7 @@ class ShardedMapDataset(Dataset[Sample]):
             fields=self.manifest.fields,
             shard_paths=self._shard_paths,
             on_error=self.on_error,
+            scattered=True,
         )
         if len(positions) == 1:  # one get: no array work, whose fixed costs would dominate
             position = int(positions[0])

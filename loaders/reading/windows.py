@@ -42,6 +42,8 @@ class WindowReader:
     count_errors: Callable[[int], None] = lambda count: None
     piece_size: int | None = None
     """The batch size of the batch path: windows of large samples are read in pieces that end with batches."""
+    scattered: bool = False
+    """Windows of a few samples here and there (random access): landed whatever their size."""
 
     def read(self, windows: Sequence[Window], skip: int) -> Iterator[Columns]:
         """Each window's columns in yield order, the first ``skip`` samples (consumed before a resume) left
@@ -86,7 +88,7 @@ class WindowReader:
         shard, which finds the bad samples under ``on_error="skip"``."""
         runs = window.runs
         try:
-            landing = self.readers.locate(runs, self.fields) if land else None
+            landing = self.readers.locate(runs, self.fields, any_size=self.scattered) if land else None
             joined = (
                 landing.land(order, self.readers.landing_pool)
                 if landing is not None

@@ -135,11 +135,14 @@ class Format(Protocol):
         Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
         """
 
-    def locate(self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str]) -> Landing | None:
+    def locate(
+        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], *, any_size: bool = False
+    ) -> Landing | None:
         """Where the samples of ``parts`` (a loader's window, in read order, from readers open in this
         process) lie, so that each piece of the window is read straight into its batches' columns
-        (:mod:`~shardpipe.formats.landing`): the read path of large samples. ``None`` when they are too
-        small to gain or the readers cannot (read them with :meth:`read_across` then).
+        (:mod:`~shardpipe.formats.landing`): the read path of large samples, and with ``any_size`` of
+        scattered ones (random access), whatever their size. ``None`` when they are too small to gain or
+        the readers cannot (read them with :meth:`read_across` then).
         """
 
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
@@ -220,5 +223,7 @@ class FormatBase:
         with self.open_reader(path, offsets, check=check) as reader:
             yield from reader.read(start, stop)
 
-    def locate(self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str]) -> Landing | None:
+    def locate(
+        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], *, any_size: bool = False
+    ) -> Landing | None:
         return None

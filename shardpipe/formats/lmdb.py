@@ -482,7 +482,7 @@ class LmdbFormat(FormatBase, format_name="lmdb"):
         return LmdbReader.read_across(cast(Sequence[Part], parts), names, buffer, order)
 
     def locate(
-        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str]
+        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], *, any_size: bool = False
     ) -> LmdbWindow | None:
         records = cast(Sequence[Part], parts)
         kinds = {(reader._version, reader._check) for reader, _, _ in records}
@@ -492,7 +492,7 @@ class LmdbFormat(FormatBase, format_name="lmdb"):
         reader._check_runs([])
         with reader._env.begin(buffers=True) as txn:
             first = txn.get(_INDEX.pack(start))
-            if first is None or len(first) < LANDED_MIN_BYTES:
+            if first is None or (len(first) < LANDED_MIN_BYTES and not any_size):
                 return None  # too small to gain (or missing: the general path names it)
         version, check = kinds.pop()
         return LmdbWindow(records, names, version=version, check=check)

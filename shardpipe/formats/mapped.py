@@ -49,16 +49,20 @@ class MappedWindow:
                     f"samples [{start}, {stop}) requested, the shard holds {shards[shard].index.num_samples}"
                 )
                 raise CorruptShardError.at(shards[shard].name, detail, sample_index=max(start, 0))
-        tables = [shards[shard].index.table for shard, _, _ in parts]
-        rows = np.concatenate([t[start:stop] for t, (_, start, stop) in zip(tables, parts, strict=True)])
+        spans = np.array(parts, np.int64).reshape(-1, 3)  # (parts, 3): shard, start, stop
+        counts = spans[:, 2] - spans[:, 1]
+        self._shard_of = np.repeat(spans[:, 0], counts)
+        firsts = np.cumsum(counts) - counts
+        self._sample_of = np.repeat(spans[:, 1] - firsts, counts) + np.arange(int(counts.sum()))
+        rows = np.empty((len(self._sample_of), shards[0].index.table.shape[1]), np.uint64)
+        ends = np.empty(len(self._sample_of), np.uint64)
+        for shard in dict.fromkeys(spans[:, 0].tolist()):  # one gather per shard, not per part
+            mine = self._shard_of == shard
+            table, picked = shards[shard].index.table, self._sample_of[mine]
+            rows[mine], ends[mine] = table[picked], table[picked + 1, OFFSET]
         self._rows = rows.astype(np.int64)  # NO_SPAN becomes -1
-        self._ends = np.concatenate(
-            [t[start + 1 : stop + 1, OFFSET] for t, (_, start, stop) in zip(tables, parts, strict=True)]
-        ).astype(np.int64)
+        self._ends = ends.astype(np.int64)
         self._checksums = rows[:, CHECKSUM] if verified else None
-        counts = [stop - start for _, start, stop in parts]
-        self._shard_of = np.repeat([shard for shard, _, _ in parts], counts)
-        self._sample_of = np.concatenate([np.arange(start, stop) for _, start, stop in parts])
         self._window_ends = np.zeros(len(shards), np.int64)  # the end of the last span read from each file
         np.maximum.at(self._window_ends, self._shard_of, self._ends)
         index = shards[0].index

@@ -379,7 +379,7 @@ class SpanFormat(FormatBase):
         return SpanReader.read_across(cast(Sequence[Part], parts), names, buffer, order)
 
     def locate(
-        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str]
+        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], *, any_size: bool = False
     ) -> MappedWindow | None:
         spans = cast(Sequence[Part], parts)
         readers = list(dict.fromkeys(reader for reader, _, _ in spans))
@@ -389,11 +389,12 @@ class SpanFormat(FormatBase):
         for reader in readers:
             if not reader._closer.alive:
                 raise UsageError(f"the reader of {reader._shard} is closed")
-        offsets = {reader: cast(ShardIndex, reader._index).offsets for reader in readers}
-        total = sum(offsets[r].item(stop) - offsets[r].item(start) for r, start, stop in spans)
-        if total < LANDED_MIN_BYTES * sum(stop - start for _, start, stop in spans):
-            return None  # too small to gain: a field lands only where it averages that much
+        if not any_size:
+            offsets = {reader: cast(ShardIndex, reader._index).offsets for reader in readers}
+            total = sum(offsets[r].item(stop) - offsets[r].item(start) for r, start, stop in spans)
+            if total < LANDED_MIN_BYTES * sum(stop - start for _, start, stop in spans):
+                return None  # too small to gain: a field lands only where it averages that much
         slot = {reader: i for i, reader in enumerate(readers)}
         located = [(slot[reader], start, stop) for reader, start, stop in spans]
         window = MappedWindow([r.mapped() for r in readers], located, names, verified=first._verified)
-        return window if window.landed.any() else None
+        return window if any_size or window.landed.any() else None
