@@ -1,6 +1,7 @@
-"""Reading large samples straight into the columns their batches are cut from: one copy, every byte checked.
+"""Reading samples straight into the columns their batches are cut from: one copy, every byte checked.
 
-For samples of a few KiB and up the copies are the cost (docs/design-record.md, "One copy"). Here a
+The read path of large samples, for which the copies are the cost (docs/design-record.md, "One copy"),
+and of scattered ones (random access), for which a window's array work would be. Here a
 sample's bytes are read where the page cache already holds them, with no copy of their own: through a
 memory map of its shard file (tar, TFRecord) or as the view LMDB's map hands out. Its whole span is hashed
 there in one call, which also brings it into the CPU cache, then each large field is copied out of the

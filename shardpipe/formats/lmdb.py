@@ -418,6 +418,8 @@ class LmdbWindow:
         self._names, self._version, self._check = tuple(names), version, check
 
     def land(self, order: np.ndarray, pool: BufferPool) -> ColumnsOut:
+        if not len(order):
+            return [], {name: [] for name in self._names}
         reader_of, sample_of = self._reader_of[order].tolist(), self._sample_of[order].tolist()
         readers = self._readers
         with ExitStack() as stack:
