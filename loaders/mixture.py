@@ -38,8 +38,10 @@ from loaders.planning.position import Position
 from loaders.planning.weights import EpochMix, WeightSchedule, epoch_mix, epoch_weights
 from loaders.reading.columns import Columns
 from loaders.reading.mixed import by_source, read_order
+from loaders.reading.mixed_landing import SourcePart, land_window
 from loaders.reading.readers import ShardReaders
 from loaders.reading.windows import OnError, WindowReader
+from shardpipe.errors import DataError
 
 
 class Mixture(ShardedDataset):
@@ -267,16 +269,17 @@ class Mixture(ShardedDataset):
             if skip >= size:
                 skip -= size
                 continue
-            pieces = self._read_window(rows, cursors, readers)
-            yield Columns.gather(self.fields, pieces, read_order(rows)[window_permutation(seed, size)[skip:]])
+            order = read_order(rows)[window_permutation(seed, size)[skip:]]
+            grouped = self._source_runs(rows, cursors)
+            yield self._land_window(grouped, order) or Columns.gather(
+                self.fields, self._read_window(grouped, readers), order
+            )
             skip = 0
 
-    def _read_window(
-        self, rows: Blocks, cursors: Sequence[int], readers: Sequence[WindowReader]
-    ) -> list[Columns]:
-        """The window's samples grouped by source (each source read in one call), in the order
-        :func:`~loaders.reading.mixed.read_order` undoes."""
-        pieces = []
+    def _source_runs(self, rows: Blocks, cursors: Sequence[int]) -> list[tuple[int, list[Run]]]:
+        """Each source of the window (in order of first appearance) and the runs of its samples, in the
+        order :func:`~loaders.reading.mixed.read_order` undoes."""
+        grouped = []
         for source, joined in by_source(rows).items():
             d = self.datasets[source]
             real: list[Run] = []
@@ -292,6 +295,42 @@ class Mixture(ShardedDataset):
                     begin + j1 - j0,
                 )
                 real += [Run(int(s), int(a), int(b), is_pad) for s, a, b in found.tolist()]
+            grouped.append((source, real))
+        return grouped
+
+    def _land_window(self, grouped: list[tuple[int, list[Run]]], order: np.ndarray) -> Columns | None:
+        """The window at ``order`` landed in one copy (:mod:`~loaders.reading.mixed_landing`); ``None`` to
+        read it source by source (where it cannot be, or a read fails under ``on_error="skip"``, whose
+        source-by-source path finds the bad samples)."""
+        parts, first = [], 0
+        for source, runs in grouped:
+            count = sum(run.stop - run.start for run in runs)
+            mine = (order >= first) & (order < first + count)
+            d = self.datasets[source]
+            parts.append(
+                SourcePart(
+                    source,
+                    d._readers,
+                    runs,
+                    order[mine] - first,
+                    np.flatnonzero(mine),
+                    self.shard_offsets[source],
+                )
+            )
+            first += count
+        try:
+            return land_window(parts, self.fields, len(order))
+        except DataError:
+            if self.datasets[0].options.on_error == "raise":
+                raise
+            return None
+
+    def _read_window(
+        self, grouped: list[tuple[int, list[Run]]], readers: Sequence[WindowReader]
+    ) -> list[Columns]:
+        """Each source's samples of the window, each source read in one call."""
+        pieces = []
+        for source, real in grouped:
             size = sum(run.stop - run.start for run in real)
             columns = readers[source].read_window(Window(real, None), np.arange(size))
             offset = self.shard_offsets[source]

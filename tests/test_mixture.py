@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import loaders.mixture as mixture_module
 from loaders import Mixture, ShardedDataset, make_loader
 from loaders.transfer.collate import collate_samples
 from shardpipe.errors import DataError
@@ -282,3 +283,36 @@ def test_the_transport_is_sized_by_the_mixture_proportions(paths: dict[str, Path
         a, b = (d.sample_bytes() for d in mix.datasets)
         assert a != b
         assert mix.sample_bytes() == pytest.approx((counts[0] * a + counts[1] * b) / 40)
+
+
+def test_a_window_landed_in_one_copy_is_the_source_by_source_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three formats, one source's field large enough to land: the same batches, byte for byte, whether
+    the sources land straight into the window (``mixed_landing``) or are read one by one and gathered."""
+    paths = {
+        "a": pack_dataset(tmp_path / "a", "tar", 23, max_samples=5),
+        "b": pack_dataset(tmp_path / "b", "lmdb", 11, max_samples=4, size=40_000),
+        "c": pack_dataset(tmp_path / "c", "tfrecord", 9, max_samples=3, size=3_000),
+    }
+
+    def batches(lands: bool) -> list[dict[str, Any]]:
+        calls: list[bool] = []
+        real = mixture_module.land_window
+        with monkeypatch.context() as patch:
+            patch.setattr(
+                mixture_module,
+                "land_window",
+                lambda *a: (calls.append(lands) or real(*a)) if lands else None,
+            )
+            sources = {name: ShardedDataset(path) for name, path in paths.items()}
+            mix = Mixture(sources, weights={"a": 0.5, "b": 0.3, "c": 0.2}, samples_per_epoch=60, seed=4)
+            loader = make_loader(mix, batch_size=BATCH, num_workers=0)
+            out = []
+            for epoch in (0, 1):
+                loader.set_epoch(epoch)
+                out += [{k: v if isinstance(v, list) else v.tolist() for k, v in b.items()} for b in loader]
+        assert not lands or calls  # the one-copy path ran
+        return out
+
+    assert batches(lands=True) == batches(lands=False)

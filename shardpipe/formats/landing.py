@@ -15,7 +15,8 @@ alike. The checksum is compared before anything is returned, so a damaged sample
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,6 +43,19 @@ class Landing(Protocol):
 
         Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
         """
+
+    def located(self, order: np.ndarray) -> AbstractContextManager[Located | None]:
+        """Where the samples at ``order`` lie, valid while the context is open, for a caller that lands
+        them into buffers of its own (:func:`land` with ``into``: a mixture's window); ``None`` where they
+        cannot be landed (records that do not share one layout: :meth:`land` reads them another way)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """Samples ready to land: where they lie, and ``locate(i)``, which names sample i (shard, index)."""
+
+    spans: Spans
+    locate: Callable[[int], tuple[str, int]]
 
 
 class BufferPool:
@@ -108,22 +122,27 @@ def land(
     landed: np.ndarray,
     pool: BufferPool,
     locate: Callable[[int], tuple[str, int]],
+    into: Mapping[str, tuple[memoryview, np.ndarray]] | None = None,
 ) -> ColumnsOut:
     """The samples of ``spans`` as keys and a column per field of ``names``: fields where ``landed`` is set
     copied end to end into a buffer each, the others as one ``bytes`` per sample (``None`` where absent).
-    ``locate(i)`` names sample i (its shard and index) in errors."""
-    sources, n = spans.sources, len(spans.sources)
+    ``locate(i)`` names sample i (its shard and index) in errors. A landed field named in ``into`` goes to
+    the caller's buffer instead, sample i's value at byte ``at[i]`` of ``(buffer, at)``, and has no column
+    here."""
+    sources = spans.sources
     sizes = spans.stops - spans.starts  # (n, k)
     fields: dict[str, ByteColumn] = {}
     digest = xxhash.xxh3_64_intdigest
     digests: list[int] | None = None
     for j in np.flatnonzero(landed).tolist():
-        dest = pool.take(int(sizes[:, j].sum()))
-        view = dest.data
-        at = np.zeros(n + 1, np.int64)
-        np.cumsum(sizes[:, j], out=at[1:])
+        if into is not None and names[j] in into:
+            view, at = into[names[j]]
+        else:
+            dest = pool.take(int(sizes[:, j].sum()))
+            view, at = dest.data, np.cumsum(sizes[:, j]) - sizes[:, j]
+            fields[names[j]] = packed(dest, sizes[:, j])
         starts, stops = spans.starts[:, j].tolist(), spans.stops[:, j].tolist()
-        places = zip(sources, starts, stops, at[:-1].tolist(), strict=True)
+        places = zip(sources, starts, stops, at.tolist(), strict=True)
         if digests is None and spans.checksums is not None:
             # The span hashed first, from the page cache; its field then copied from the CPU cache.
             digests = []
@@ -135,7 +154,6 @@ def land(
         else:
             for source, start, stop, to in places:
                 view[to : to + stop - start] = source[start:stop]
-        fields[names[j]] = packed(dest, sizes[:, j])
     if spans.checksums is not None:
         if digests is None:
             checked = zip(sources, spans.begins.tolist(), spans.ends.tolist(), strict=True)
@@ -148,7 +166,7 @@ def land(
     for j in np.flatnonzero(~landed).tolist():
         values = zip(sources, spans.starts[:, j].tolist(), spans.stops[:, j].tolist(), strict=True)
         fields[names[j]] = [source[a:z].tobytes() if a >= 0 else None for source, a, z in values]
-    return _keys(spans, locate), {name: fields[name] for name in names}
+    return _keys(spans, locate), {name: fields[name] for name in names if name in fields}
 
 
 def _keys(spans: Spans, locate: Callable[[int], tuple[str, int]]) -> list[str]:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 import struct
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from itertools import groupby, islice
 from pathlib import Path
 from typing import Any, cast
@@ -32,7 +32,7 @@ import numpy as np
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.formats import framing
 from shardpipe.formats.base import FormatBase, Offsets, ReaderBase, RemoteBytes, ShardReader
-from shardpipe.formats.landing import LANDED_MIN_BYTES, BufferPool, land, lands
+from shardpipe.formats.landing import LANDED_MIN_BYTES, BufferPool, Located, land, lands
 from shardpipe.formats.layout import (
     KEY_START,
     KEY_STOP,
@@ -420,8 +420,35 @@ class LmdbWindow:
     def land(self, order: np.ndarray, pool: BufferPool) -> ColumnsOut:
         if not len(order):
             return [], {name: [] for name in self._names}
+        with self._records(order) as (views, locate):
+            spans = framing.record_spans(views, self._names, version=self._version, check=self._check)
+            landed = lands(spans.starts, spans.stops) if spans is not None else None
+            if spans is not None and landed is not None and landed.any():
+                return land(spans, self._names, landed, pool, locate)
+            try:  # copies every field out, and names the first damaged record
+                return framing.decode_many(views, self._names, version=self._version, check=self._check)
+            except framing.RecordError as exc:
+                shard, sample = locate(exc.position)
+                raise CorruptShardError.at(shard, str(exc), sample_index=sample) from exc
+
+    @contextmanager
+    def located(self, order: np.ndarray) -> Iterator[Located | None]:
+        with self._records(order) as (views, locate):
+            spans = framing.record_spans(views, self._names, version=self._version, check=self._check)
+            yield None if spans is None else Located(spans, locate)
+
+    @contextmanager
+    def _records(
+        self, order: np.ndarray
+    ) -> Iterator[tuple[list[memoryview], Callable[[int], tuple[str, int]]]]:
+        """The records at ``order`` as views into LMDB's map, valid inside (one read transaction per shard),
+        and what names record i; a missing or overlong record is named first."""
         reader_of, sample_of = self._reader_of[order].tolist(), self._sample_of[order].tolist()
         readers = self._readers
+
+        def locate(i: int) -> tuple[str, int]:
+            return readers[reader_of[i]]._shard, sample_of[i]
+
         with ExitStack() as stack:
             txns = {}
             for slot in dict.fromkeys(reader_of):
@@ -437,22 +464,7 @@ class LmdbWindow:
                         "no record under this index" if record is None else f"record of {len(record):,} bytes"
                     )
                     raise CorruptShardError.at(readers[reader_of[i]]._shard, what, sample_index=sample_of[i])
-            views = cast(list[memoryview], records)
-            spans = framing.record_spans(views, self._names, version=self._version, check=self._check)
-            landed = lands(spans.starts, spans.stops) if spans is not None else None
-            if spans is None or landed is None or not landed.any():
-                try:  # copies every field out, and names the first damaged record
-                    return framing.decode_many(views, self._names, version=self._version, check=self._check)
-                except framing.RecordError as exc:
-                    at = exc.position
-                    raise CorruptShardError.at(
-                        readers[reader_of[at]]._shard, str(exc), sample_index=sample_of[at]
-                    ) from exc
-
-            def locate(i: int) -> tuple[str, int]:
-                return readers[reader_of[i]]._shard, sample_of[i]
-
-            return land(spans, self._names, landed, pool, locate)
+            yield cast(list[memoryview], records), locate
 
 
 class LmdbFormat(FormatBase, format_name="lmdb"):

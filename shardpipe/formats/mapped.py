@@ -9,13 +9,14 @@ size of each file it reads against the spans it needs, and names the first sampl
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, UsageError
-from shardpipe.formats.landing import BufferPool, Spans, land, lands
+from shardpipe.formats.landing import BufferPool, Located, Spans, land, lands
 from shardpipe.formats.layout import CHECKSUM, KEY_START, KEY_STOP, OFFSET, ShardIndex
 from shardpipe.formats.terms import ColumnsOut
 
@@ -72,6 +73,14 @@ class MappedWindow:
         """Which of ``names`` land in buffers of their own (none: the samples are too small to gain)."""
 
     def land(self, order: np.ndarray, pool: BufferPool) -> ColumnsOut:
+        located = self._located(order)
+        return land(located.spans, self._names, self.landed, pool, located.locate)
+
+    @contextmanager
+    def located(self, order: np.ndarray) -> Iterator[Located]:
+        yield self._located(order)
+
+    def _located(self, order: np.ndarray) -> Located:
         rows, ends, shard_of = self._rows[order], self._ends[order], self._shard_of[order]
         self._check_sizes(shard_of, ends, order)
         maps = [shard.data for shard in self._shards]
@@ -89,7 +98,7 @@ class MappedWindow:
         def locate(i: int) -> tuple[str, int]:
             return self._shards[int(shard_of[i])].name, int(self._sample_of[order[i]])
 
-        return land(spans, self._names, self.landed, pool, locate)
+        return Located(spans, locate)
 
     def _check_sizes(self, shard_of: np.ndarray, ends: np.ndarray, order: np.ndarray) -> None:
         """Every file still holds the spans read from it: a touch past a mapped file's end is a fault."""
