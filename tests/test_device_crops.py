@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from loaders import CenterCrop, RandomResizedCrop, ShardedDataset, make_loader
-from loaders.batches import RaggedBytes
+from loaders.batches import RaggedBytes, collate_samples
 from loaders.reading import device_crops
 from loaders.reading.decode import DecodeContext, DecodeError
 from shardpipe import PackOptions, pack
@@ -21,18 +21,23 @@ from tests.test_image_crops import photos_pack, psnr
 __all__ = ["photos_pack"]  # the fixture, shared with tests/test_image_crops.py
 
 
-def loader(pack_dir: Path, crop: Any, num_workers: int, **kwargs: Any) -> Any:
+def loader(pack_dir: Path, crop: Any, num_workers: int, collate_fn: Any = None, **kwargs: Any) -> Any:
     dataset = ShardedDataset(
         pack_dir, rank=0, world_size=1, seed=2, decode={"jpg": crop, "cls": "cls"}, **kwargs
     )
-    return make_loader(dataset, 8, num_workers, persistent_workers=False)
+    extra = {} if collate_fn is None else {"collate_fn": collate_fn}
+    return make_loader(dataset, 8, num_workers, persistent_workers=False, **extra)
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize(
+    ("num_workers", "collate_fn"), [(0, None), (2, None), (0, collate_samples)], ids=["0", "2", "per-sample"]
+)
 @pytest.mark.parametrize("make", [RandomResizedCrop, CenterCrop], ids=["train", "eval"])
-def test_device_crops_are_the_worker_crops(photos_pack: Path, make: Any, num_workers: int) -> None:
+def test_device_crops_are_the_worker_crops(
+    photos_pack: Path, make: Any, num_workers: int, collate_fn: Any
+) -> None:
     on_workers = list(loader(photos_pack, make(48), num_workers))
-    on_device = list(loader(photos_pack, make(48, device="cpu"), num_workers))
+    on_device = list(loader(photos_pack, make(48, device="cpu"), num_workers, collate_fn))
     assert len(on_workers) == len(on_device)
     for a, b in zip(on_workers, on_device, strict=True):
         assert a["__key__"] == b["__key__"] and torch.equal(a["cls"], b["cls"])

@@ -86,6 +86,19 @@ def test_regions_cover_the_box_inside_the_image() -> None:
         assert abs(left + x0i - box[0]) <= 1 and abs(top + y1i - min(box[3], height)) <= 1
 
 
+def test_regions_are_decoded_in_groups_of_bounded_pixels(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(1)
+    regions = [(0, 0, int(h), int(w)) for h, w in rng.integers(1, 300, (200, 2))]
+    runs = list(nvimgcodec.groups(regions, 20_000))
+    assert [i for run in runs for i in run] == list(range(200))
+    for run in runs:
+        pixels = sum((b - t) * (r - left) for t, left, b, r in (regions[i] for i in run))
+        assert pixels <= 20_000 or len(run) == 1
+    whole = RandomResizedCrop(64)(RaggedBytes.from_list(PHOTOS), KEYS, DecodeContext())
+    monkeypatch.setattr(nvimgcodec, "GROUP_PIXELS", 1)  # one region per call: the same crops
+    assert torch.equal(whole, RandomResizedCrop(64)(RaggedBytes.from_list(PHOTOS), KEYS, DecodeContext()))
+
+
 def test_complete_jpegs_end_with_their_marker() -> None:
     assert is_complete_jpeg(PHOTOS[0]) and is_complete_jpeg(PHOTOS[0] + b"\x00" * 10)
     assert not is_complete_jpeg(truncated(PHOTOS[0]))

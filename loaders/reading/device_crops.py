@@ -57,28 +57,28 @@ def finish(column: RaggedBytes, size: int, device: torch.device, context: Decode
     datas = [view[int(s) + HEADER_BYTES : int(e)] for s, e in zip(starts, column.offsets[1:], strict=True)]
     out = torch.zeros((count, 3, size, size), dtype=torch.uint8, device=device)
     wanted = [i for i in range(count) if headers[i, 6] == REGION]
-    regions: dict[int, tuple[int, int, int, int]] = {}
-    for i in wanted:
-        regions[i] = _region(datas[i], headers[i])
-    decoded = nvimgcodec.decode_regions([datas[i] for i in wanted], [regions[i] for i in wanted], device)
-    images: dict[int, Any] = dict(zip(wanted, decoded, strict=True))
-    for i in range(count):
-        route = headers[i, 6]
-        if route == BLANK:
-            continue
-        box = tuple(headers[i, :4].tolist())
-        try:
-            image = images.get(i)
-            if image is not None:
-                pixels, region = nvimgcodec.as_tensor(image, device), regions[i]
-            else:  # routed to Pillow, or refused by nvImageCodec: Pillow decodes it or says why not
-                pixels, region = _pillow(bytes(datas[i]), box, device)
-            out[i] = _crop(pixels, whole_box(box, region), size, int(headers[i, 4]), bool(headers[i, 5]))
-        except Exception as exc:  # Pillow raises many types for bad bytes: all are this image's
-            detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-            if not context.skip:
-                raise DecodeError(detail, index=i, detail=detail) from exc
-            context.failed.append((i, detail))
+    regions = {i: _region(datas[i], headers[i]) for i in wanted}
+    runs = [[wanted[g] for g in run] for run in nvimgcodec.groups([regions[i] for i in wanted])]
+    others = [[i] for i in range(count) if headers[i, 6] == PILLOW]
+    for group in [*runs, *others]:  # a group of regions decoded at once, or one image for Pillow
+        decoded: list[Any] = [None] * len(group)
+        if headers[group[0], 6] == REGION:
+            decoded = nvimgcodec.decode_regions(
+                [datas[i] for i in group], [regions[i] for i in group], device
+            )
+        for i, image in zip(group, decoded, strict=True):
+            box = tuple(headers[i, :4].tolist())
+            try:
+                if image is not None:
+                    pixels, region = nvimgcodec.as_tensor(image, device), regions[i]
+                else:  # routed to Pillow, or refused by nvImageCodec: Pillow decodes it or says why not
+                    pixels, region = _pillow(bytes(datas[i]), box, device)
+                out[i] = _crop(pixels, whole_box(box, region), size, int(headers[i, 4]), bool(headers[i, 5]))
+            except Exception as exc:  # Pillow raises many types for bad bytes: all are this image's
+                detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                if not context.skip:
+                    raise DecodeError(detail, index=i, detail=detail) from exc
+                context.failed.append((i, detail))
     return out
 
 

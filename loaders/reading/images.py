@@ -120,13 +120,12 @@ class _Crop(ColumnDecoder):
                         out[index] = self._scaled(image, plan)
             except Exception as exc:  # Pillow raises many types for bad bytes: all are this image's
                 _failed(context, index, exc)  # left black, flagged as a pad by the caller
-        if regions:
-            decoded = nvimgcodec.decode_regions(
-                [data for _, data, _ in regions],
-                [region_of(plan.box, *plan.size) for _, _, plan in regions],
-                _CPU,
-            )
-            for (index, data, plan), image in zip(regions, decoded, strict=True):
+        boxes = [region_of(plan.box, *plan.size) for _, _, plan in regions]
+        for group in nvimgcodec.groups(boxes):  # bounded memory: large photos' regions a few at a time
+            datas = [regions[g][1] for g in group]
+            decoded = nvimgcodec.decode_regions(datas, [boxes[g] for g in group], _CPU)
+            for g, image in zip(group, decoded, strict=True):
+                index, data, plan = regions[g]
                 try:
                     out[index] = (
                         self._region(image, plan) if image is not None else self._fallback(data, plan)

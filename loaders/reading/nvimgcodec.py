@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,9 @@ import_messages = ""
 _state: dict[Any, Any] = {}  # "module" (or "error"); decoders by (pid, device)
 Region = tuple[int, int, int, int]
 """``(top, left, bottom, right)`` in whole stored pixels."""
+GROUP_PIXELS = 1 << 24
+"""Pixels of regions decoded in one call: a batch of large photos' regions is decoded in groups, so a
+worker (or the device) never holds every decoded region of a batch at once."""
 
 
 def module() -> Any | None:
@@ -92,6 +95,23 @@ def decoder(device: torch.device) -> Any:
             found = nv.Decoder(device_id=index)
         _state[key] = found
     return found
+
+
+def groups(regions: Sequence[Region], budget: int | None = None) -> Iterator[list[int]]:
+    """Positions of ``regions`` in runs whose pixels add up to at most ``budget`` (default
+    :data:`GROUP_PIXELS`), or one region alone when it is larger."""
+    budget = GROUP_PIXELS if budget is None else budget
+    group: list[int] = []
+    pixels = 0
+    for index, (top, left, bottom, right) in enumerate(regions):
+        area = (bottom - top) * (right - left)
+        if group and pixels + area > budget:
+            yield group
+            group, pixels = [], 0
+        group.append(index)
+        pixels += area
+    if group:
+        yield group
 
 
 def decode_regions(
