@@ -58,7 +58,10 @@ def test_image_numbers_are_consistent(images: tuple[dict, Path, Path, str]) -> N
     for e in report["results"]:
         dataset = report["datasets"][e["profile"]]
         assert e["samples_per_s_min"] <= e["samples_per_s"] <= e["samples_per_s_max"]
-        assert e["cpu_ms_per_sample"] > 0 and e["peak_rss_mb"] > 0
+        # A quick loader window can be served from batches its workers decoded before it began (the
+        # fused crops are fast enough that it happens): its CPU time may round to 0, a limit's never.
+        cpu = e["cpu_ms_per_sample"]
+        assert (cpu > 0 if is_limit(e["contender"]) else cpu >= 0) and e["peak_rss_mb"] > 0
         assert e["paired"][LIMIT] > 0 and e["paired"]["imagefolder-pil"] > 0
         if e["contender"] == "imagefolder-pil":
             assert e["paired"]["imagefolder-pil"] == pytest.approx(1.0)
@@ -71,7 +74,7 @@ def test_image_numbers_are_consistent(images: tuple[dict, Path, Path, str]) -> N
         for run in e["runs"]:
             assert run["steps"] == dataset["measured_steps"]
             assert 0 < run["samples"] <= run["steps"] * batch_size
-            assert 0.0 <= run["wait_s"] <= run["seconds"] and run["cpu_s"] > 0
+            assert 0.0 <= run["wait_s"] <= run["seconds"] and run["cpu_s"] >= 0
 
 
 def test_every_image_target_is_judged(images: tuple[dict, Path, Path, str]) -> None:
