@@ -322,6 +322,11 @@ class ShardedDataset(IterableDataset[Sample]):
         batchable = all(decoder.batched for decoder in self.decoders.values())
         return self.options.batched and batchable and self.transform is None
 
+    def count_errors(self, count: int) -> None:
+        """Count ``count`` samples skipped in this process (the trainer's, for decoders that finish there)."""
+        worker = get_worker()[0]
+        self._count_errors(worker, count)
+
     def _count_errors(self, worker_index: int, count: int) -> None:
         self._errors[worker_index % MAX_WORKERS] += count
 

@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader
 from loaders.dataset import ShardedDataset
 from loaders.planning.elastic import Segment
 from loaders.planning.position import decode_state, encode_state
+from loaders.reading.decode import ColumnDecoder, DecodeContext, DecodeError
 from loaders.transfer.chunks import batches_per_chunk, interleave
 from loaders.transfer.collate import collate_samples
 from loaders.transfer.transport import (
@@ -129,9 +130,10 @@ class ShardedLoader(DataLoader[Any]):
         batches: Iterator[Any] = super().__iter__()
         if self.sharded.options.chunk_batches > 1:
             batches = interleave(batches, self.num_workers, self.samples_per_batch)
+        finishing = {name: d.column for name, d in self.sharded.decoders.items() if d.column.finishes}
         for batch in batches:
             self._batches += 1
-            yield batch
+            yield finish_batch(batch, finishing, self.sharded) if finishing else batch
         position.finish_pass()  # the next pass starts a fresh epoch plan
 
     def state_dict(self) -> dict[str, Any]:
@@ -159,6 +161,28 @@ class ShardedLoader(DataLoader[Any]):
 
 
 def _forward(batch: Any) -> Any:
+    return batch
+
+
+def finish_batch(batch: Any, finishing: dict[str, ColumnDecoder], dataset: ShardedDataset) -> Any:
+    """A batch's fields whose decoders finish in the trainer process (device crops), finished; a sample
+    that fails there is named, or, under ``on_error="skip"``, flagged as a pad and counted."""
+    context = DecodeContext(skip=dataset.options.on_error == "skip")
+    for name, decoder in finishing.items():
+        context.failed.clear()
+        try:
+            batch[name] = decoder.finish(batch[name], context)
+        except DecodeError as exc:
+            key = batch["__key__"][exc.index]
+            raise DecodeError(
+                f"cannot decode field {name!r} of sample {key!r} (in the trainer process): {exc.detail}",
+                index=exc.index,
+                detail=exc.detail,
+            ) from exc
+        for index, _ in context.failed:
+            batch["__pad__"][index] = True
+        if context.failed:
+            dataset.count_errors(len(context.failed))
     return batch
 
 

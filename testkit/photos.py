@@ -152,6 +152,16 @@ def as_cmyk(jpeg: bytes) -> bytes:
     return _reencode(jpeg, "CMYK", "JPEG", quality=VARIANT_QUALITY)
 
 
+def as_progressive(jpeg: bytes) -> bytes:
+    """The image as a progressive JPEG (several scans), which decoders that skip rows must still read."""
+    return _reencode(jpeg, "RGB", "JPEG", quality=VARIANT_QUALITY, progressive=True)
+
+
+def truncated(jpeg: bytes) -> bytes:
+    """The first half of the file: a valid header, then the data stops (an interrupted copy)."""
+    return jpeg[: len(jpeg) // 2]
+
+
 def as_png(jpeg: bytes) -> bytes:
     """The decoded pixels as a lossless RGB PNG, to test a loader's non-JPEG path on the same image."""
     return _reencode(jpeg, "RGB", "PNG")

@@ -17,7 +17,12 @@ else:
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 FIRST_PARTY = {"shardpipe", "loaders", "bench", "testkit", "tests"}
-MODULE_NAMES = {"pillow": "PIL", "scikit-learn": "sklearn", "pyyaml": "yaml"}
+MODULE_NAMES = {
+    "pillow": "PIL",
+    "scikit-learn": "sklearn",
+    "pyyaml": "yaml",
+    "nvidia-nvimgcodec-cu12": "nvidia",
+}
 """Distributions whose module has another name than the distribution's."""
 PROVIDED_BY = {"boto3": "moto", "werkzeug": "flask"}
 """Modules imported directly whose distribution comes with a declared one (moto's client, flask's server)."""
@@ -71,7 +76,7 @@ def test_every_runtime_requirement_is_imported_by_the_product() -> None:
 def test_the_product_imports_only_runtime_requirements_and_its_own_extras() -> None:
     extras = PROJECT["optional-dependencies"]
     allowed = modules(PROJECT["dependencies"])
-    for name in ("s3", "gcs", "image", "ray"):  # the product's optional features
+    for name in ("s3", "gcs", "image", "nvimgcodec", "ray"):  # the product's optional features
         allowed |= modules(extras[name])
     undeclared = {m: f for m, f in imported("shardpipe", "loaders").items() if m not in allowed}
     assert undeclared == {}

@@ -182,6 +182,12 @@ def test_variants_decode_in_their_modes() -> None:
     png = open_image(photos.as_png(original))
     assert (png.format, png.mode) == ("PNG", "RGB")
     assert np.array_equal(np.asarray(png), pixels)  # lossless: exactly the decoded JPEG
+    progressive = open_image(photos.as_progressive(original))
+    assert progressive.info.get("progressive") and np.abs(np.asarray(progressive) - pixels).mean() < 5
+    cut = photos.truncated(original)
+    assert Image.open(io.BytesIO(cut)).size == SMALL and not cut.endswith(
+        b"\xff\xd9"
+    )  # header kept, end gone
 
 
 @pytest.mark.skipif(not features.check("webp"), reason="this Pillow was built without WebP")

@@ -31,7 +31,7 @@ from bench.io import (
     targets,
     text_profile,
 )
-from bench.io.image_contenders import DATA_NAMES, IMAGE_NAMES
+from bench.io.image_contenders import DATA_NAMES, FUSED_DEVICE, IMAGE_NAMES
 from bench.io.remote import DEFAULT_BANDWIDTH, DEFAULT_LATENCY_S
 
 DEFAULT_WORKERS = 2  # the issues' targets are set at two DataLoader workers
@@ -54,6 +54,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="your own pack (a shardpipe dataset folder): the image measurement on it, and a verdict",
     )
     p.add_argument("--field", default="jpg", help="--data: the image field (default jpg)")
+    p.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        help="images: add shardpipe-fused-device, the crops decoded in the trainer process on this device "
+        "(RandomResizedCrop(224, device=...)); cuda: against a ResNet-50-sized training step",
+    )
     p.add_argument("--quick", action="store_true", help="small data, short windows, 1 repeat (< 1 min)")
     p.add_argument("--compute-ms", type=float, default=0.0, help="CPU compute step per batch; 0 = pure read")
     p.add_argument("--batch-size", type=int, default=64)
@@ -106,6 +112,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         _check_numbers(p, args)
         return _resolved(args)
     images = args.profile == "images" or args.data is not None
+    if args.device is not None and args.profile != "images":
+        p.error("--device decodes the image crops: it goes with --profile images")
     if images:
         _check_images(p, args)
         return _resolved(args)
@@ -153,13 +161,35 @@ def _check_images(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         fields = load_manifest(args.data).fields
         if args.field not in fields:
             p.error(f"--field {args.field}: the pack's fields are {', '.join(fields)}")
+    if args.device is not None:
+        _check_device(p, args)
     valid = DATA_NAMES if args.data is not None else IMAGE_NAMES
+    if args.device is not None and args.data is None:
+        valid = (*valid, FUSED_DEVICE)
     names = [n for n in (args.contenders or ",".join(valid)).split(",") if n]
     unknown = sorted(set(names) - set(valid))
     if unknown:
         p.error(f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(valid)}")
     args.contenders = names
     _check_numbers(p, args)
+
+
+def _check_device(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--device``: a device that is here, nvImageCodec to decode on it, and no docs section (the page
+    keeps the default run's)."""
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error(
+            "--device cuda: no CUDA device here (torch.cuda.is_available() is False); --device cpu runs "
+            "the same code on nvImageCodec's CPU backend"
+        )
+    from loaders.reading import nvimgcodec
+
+    if not nvimgcodec.available():
+        p.error(
+            "--device decodes with nvImageCodec, which is not installed: pip install 'shardpipe[nvimgcodec]'"
+        )
+    if args.docs is not None:
+        p.error("--device runs are not written to the docs page; drop --docs (the report goes to --out)")
 
 
 def _resolved(args: argparse.Namespace) -> argparse.Namespace:

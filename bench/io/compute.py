@@ -83,6 +83,51 @@ def small_resnet(num_classes: int = 10, width: int = 64, in_channels: int = 1, s
     )
 
 
+class _Bottleneck(nn.Module):
+    """1x1 down, 3x3, 1x1 up (x4), with a projected shortcut where the shape changes."""
+
+    def __init__(self, inputs: int, width: int, stride: int) -> None:
+        super().__init__()
+        outputs = 4 * width
+        self.body = nn.Sequential(
+            nn.Conv2d(inputs, width, 1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.Conv2d(width, outputs, 1, bias=False),
+            nn.BatchNorm2d(outputs),
+        )
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or inputs != outputs:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(inputs, outputs, 1, stride=stride, bias=False), nn.BatchNorm2d(outputs)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + self.shortcut(x))
+
+
+def bottleneck_resnet(num_classes: int = 10, depths: tuple[int, ...] = (3, 4, 6, 3)) -> nn.Module:
+    """ResNet-50's shape (a 7x7 stride-2 stem, max pool, four stages of bottleneck blocks, 64-512 wide,
+    3-4-6-3 deep, global pool, linear head): the compute of the usual ImageNet model at 224 x 224."""
+    layers: list[nn.Module] = [
+        nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        nn.MaxPool2d(3, stride=2, padding=1),
+    ]
+    inputs = 64
+    for stage, depth in enumerate(depths):
+        width = 64 << stage
+        for block in range(depth):
+            layers.append(_Bottleneck(inputs, width, 2 if block == 0 and stage > 0 else 1))
+            inputs = 4 * width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(inputs, num_classes)]
+    return nn.Sequential(*layers)
+
+
 class _GpuTraining:
     """One bf16 training step of a model on the GPU, timed by CUDA events: the copy from ``start`` to
     ``copied`` (a subclass copies), the step from ``copied`` to ``done`` (:meth:`train`), synchronized at
@@ -143,8 +188,8 @@ class ImageGpuStep(_GpuTraining):
 
     MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet's, in [0, 1]
 
-    def __init__(self, field: str = "jpg", label: str = "cls") -> None:
-        super().__init__(small_resnet(in_channels=3, stride=4))
+    def __init__(self, field: str = "jpg", label: str = "cls", model: nn.Module | None = None) -> None:
+        super().__init__(model if model is not None else small_resnet(in_channels=3, stride=4))
         self.field, self.label = field, label
         self.mean = torch.tensor(self.MEAN, device=self.device).view(1, 3, 1, 1) * 255
         self.std = torch.tensor(self.STD, device=self.device).view(1, 3, 1, 1) * 255
@@ -152,7 +197,8 @@ class ImageGpuStep(_GpuTraining):
     def __call__(self, batch: Any, monitor: InputMonitor[Any]) -> None:
         start, copied, _ = self.events
         start.record()
-        pixels = batch[self.field].pin_memory().to(self.device, non_blocking=True)
+        pixels = batch[self.field]  # already on the GPU when the loader decoded there (--device cuda)
+        pixels = pixels if pixels.is_cuda else pixels.pin_memory().to(self.device, non_blocking=True)
         labels = batch.get(self.label)
         if isinstance(labels, torch.Tensor):
             target = labels.pin_memory().to(self.device, non_blocking=True).long().clamp_(0, 9)
@@ -171,6 +217,11 @@ def make_step(compute_ms: float, sample_bytes: int) -> BusyStep | GpuStep:
     return GpuStep(sample_bytes) if torch.cuda.is_available() else BusyStep(compute_ms)
 
 
-def make_image_step(compute_ms: float, field: str = "jpg", label: str = "cls") -> BusyStep | ImageGpuStep:
-    """The image model when CUDA is there, else the calibrated CPU step."""
-    return ImageGpuStep(field, label) if torch.cuda.is_available() else BusyStep(compute_ms)
+def make_image_step(
+    compute_ms: float, field: str = "jpg", label: str = "cls", *, resnet50: bool = False
+) -> BusyStep | ImageGpuStep:
+    """The image model when CUDA is there (``resnet50``: a ResNet-50-sized one), else the calibrated CPU
+    step."""
+    if not torch.cuda.is_available():
+        return BusyStep(compute_ms)
+    return ImageGpuStep(field, label, bottleneck_resnet() if resnet50 else None)

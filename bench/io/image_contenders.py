@@ -17,7 +17,10 @@ field and the labels as one int64 tensor under ``cls``, so the consumer costs th
 - ``shardpipe-fused``: ``decode={"jpg": RandomResizedCrop(224), "cls": "cls"}``, the crop drawn before
   decoding (``loaders.reading.images``), on ``make_loader``'s batch path;
 - ``shardpipe-fused-<PREPARED_MAX_SIDE>``: the same on the pack prepared with ``--image-max-side``
-  ``PREPARED_MAX_SIDE`` (``bench.io.image_data``).
+  ``PREPARED_MAX_SIDE`` (``bench.io.image_data``);
+- ``shardpipe-fused-device`` (``--device``): ``RandomResizedCrop(224, device=...)``: the workers ship the
+  bytes and the draws, the trainer process decodes and crops each batch on the device
+  (``loaders.reading.device_crops``); :class:`TimedDeviceCrop` records that time.
 
 ``decode-limit`` (:mod:`bench.io.decode_limit`) is the fused crop alone, no loader: the ceiling of the last
 two. All shuffle as their users would; all take the same DataLoader settings.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import io
 import math
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +47,7 @@ from loaders import RandomResizedCrop, ShardedDataset
 CROP = 224
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)  # torchvision's RandomResizedCrop defaults
 FUSED_PREPARED = f"shardpipe-fused-{PREPARED_MAX_SIDE}"
+FUSED_DEVICE = "shardpipe-fused-device"
 LOADERS = ("imagefolder-pil", "webdataset-pil", "shardpipe-pil", "shardpipe-fused", FUSED_PREPARED)
 LIMIT = "decode-limit"
 LIMIT_256 = f"{LIMIT}-{PREPARED_MAX_SIDE}"
@@ -62,6 +67,24 @@ class ImageSource:
     tree: Path | None = None
     prepared: Path | None = None
     shards: tuple[Path, ...] = ()  # the pack's tar shards, for webdataset
+    device: str | None = None  # --device: where shardpipe-fused-device finishes its crops
+
+
+FINISH_SECONDS: list[float] = []
+"""Seconds each batch's crops took in the trainer process (``shardpipe-fused-device``), this process's."""
+
+
+@dataclass(frozen=True)
+class TimedDeviceCrop(RandomResizedCrop):
+    """``RandomResizedCrop`` on a device, timing its trainer-side step to the end of its device work."""
+
+    def finish(self, value: Any, context: Any) -> torch.Tensor:
+        start = time.perf_counter()
+        out = super().finish(value, context)
+        if out.is_cuda:
+            torch.cuda.synchronize(out.device)
+        FINISH_SECONDS.append(time.perf_counter() - start)
+        return out
 
 
 def crop_box(width: int, height: int) -> tuple[int, int, int, int]:
@@ -191,9 +214,12 @@ def _webdataset(source: ImageSource, s: LoaderSettings) -> Iterable[Any]:
     return loader
 
 
-def _sharded(source: ImageSource, s: LoaderSettings, pack: Path, *, fused: bool) -> Iterable[Any]:
+def _sharded(
+    source: ImageSource, s: LoaderSettings, pack: Path, *, fused: bool, device: str | None = None
+) -> Iterable[Any]:
     labels: dict[str, Any] = {} if source.label is None else {source.label: "cls"}
-    decode = {source.field: RandomResizedCrop(CROP), **labels} if fused else labels
+    crop = RandomResizedCrop(CROP) if device is None else TimedDeviceCrop(CROP, device=device)
+    decode = {source.field: crop, **labels} if fused else labels
     transform = None if fused else PillowTransform(source.field, source.label)
     dataset = ShardedDataset(
         pack, shuffle=True, seed=SEED, shuffle_buffer=SHUFFLE_BUFFER, decode=decode, transform=transform
@@ -213,6 +239,7 @@ BUILDERS: dict[str, Callable[[ImageSource, LoaderSettings], Iterable[Any]]] = {
     "shardpipe-pil": lambda source, s: _sharded(source, s, source.pack, fused=False),
     "shardpipe-fused": lambda source, s: _sharded(source, s, source.pack, fused=True),
     FUSED_PREPARED: _prepared,
+    FUSED_DEVICE: lambda source, s: _sharded(source, s, source.pack, fused=True, device=source.device),
 }
 
 

@@ -25,7 +25,15 @@ from bench.io import image_report, report, targets
 from bench.io.compute import BusyStep, Step, make_image_step
 from bench.io.contenders import LoaderSettings
 from bench.io.decode_limit import columns_of, decode_limit
-from bench.io.image_contenders import FUSED_PREPARED, LIMIT, LIMIT_256, ImageSource, build_image, is_limit
+from bench.io.image_contenders import (
+    FINISH_SECONDS,
+    FUSED_PREPARED,
+    LIMIT,
+    LIMIT_256,
+    ImageSource,
+    build_image,
+    is_limit,
+)
 from bench.io.image_data import (
     IMAGE_PROFILES,
     IMAGE_WINDOWS,
@@ -61,9 +69,10 @@ def run_profiles(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[st
             tree=data.tree,
             prepared=data.packed(f"tar-{PREPARED_MAX_SIDE}"),
             shards=tuple(data.shard_files("tar")),
+            device=args.device,
         )
         warmup, steps = window(windows[name], args.warmup, args.steps)
-        step = make_image_step(args.compute_ms)
+        step = make_image_step(args.compute_ms, resnet50=args.device == "cuda")
         datasets[name] = {
             "profile": name,
             "fingerprint": profile.fingerprint,
@@ -135,11 +144,14 @@ def measure(
 ) -> list[dict[str, Any]]:
     """Every contender ``--repeats`` times, in rounds; summaries with paired ratios."""
 
+    finish_ms: dict[str, list[float]] = {}
+
     def one(name: str) -> Run:
         system.read_all(_files_read(name, source))  # warm means warm, as in bench.io.run
         if is_limit(name):
             return _limit_run(name, columns.get(name), settings, steps)
-        return timed(
+        FINISH_SECONDS.clear()
+        run = timed(
             lambda: build_image(name, source, settings),
             step,
             warmup=warmup,
@@ -147,6 +159,9 @@ def measure(
             count=lambda batch: len(batch[source.field]),
             cycle=True,
         )
+        if FINISH_SECONDS:  # the trainer-side decode of shardpipe-fused-device, window and warm-up alike
+            finish_ms.setdefault(name, []).append(1000 * statistics.median(FINISH_SECONDS))
+        return run
 
     def show(repeat: int, name: str, run: Run) -> None:
         wait = (
@@ -154,6 +169,8 @@ def measure(
             if is_limit(name)
             else f"  wait {run.wait_fraction:4.0%}  first batch {run.first_batch_s:.2f} s"
         )
+        if name in finish_ms and len(finish_ms[name]) > repeat:
+            wait += f"  trainer decode {finish_ms[name][repeat]:.1f} ms/batch"
         print(
             f"  {profile:12} #{repeat + 1} {name:19} {run.samples_per_s:9,.0f} samples/s  "
             f"{1000 * (run.cpu_s or 0.0) / run.samples:6.2f} CPU ms/image{wait}",
@@ -165,6 +182,8 @@ def measure(
     image_report.add_paired(entries)
     for entry in entries:
         entry["profile"] = profile
+        if entry["contender"] in finish_ms:  # median over runs of each run's median batch
+            entry["trainer_decode_ms_per_batch"] = statistics.median(finish_ms[entry["contender"]])
     return entries
 
 

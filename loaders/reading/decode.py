@@ -65,6 +65,16 @@ class ColumnDecoder(ABC):
     @abstractmethod
     def __call__(self, column: RaggedBytes, keys: Sequence[str], context: DecodeContext) -> Any: ...
 
+    @property
+    def finishes(self) -> bool:
+        """Whether the loader must call :meth:`finish` on this field in the trainer process."""
+        return False
+
+    def finish(self, value: Any, context: DecodeContext) -> Any:
+        """In the trainer process, once the batch has crossed from its worker: the field's final value
+        (a device crop decodes there); what ``__call__`` returned, by default."""
+        return value
+
 
 def decode_cls(data: bytes) -> int:
     return int(data)
