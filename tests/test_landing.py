@@ -202,3 +202,7 @@ def test_a_pooled_buffer_is_reused_only_once_nothing_holds_it() -> None:
     assert bigger.__array_interface__["data"][0] not in (address, held.__array_interface__["data"][0])
     kept = [pool.take(10) for _ in range(2 * landing.POOLED_BUFFERS)]  # all held: the pool stops growing
     assert len(pool._buffers) == landing.POOLED_BUFFERS and all(len(b) == 10 for b in kept)
+    del held, bigger, kept  # ``again`` still holds the first pooled buffer
+    large = pool.take(10_000)  # the pool is full and no idle buffer is large enough: one is replaced
+    assert len(large) == 10_000 and len(pool._buffers) == landing.POOLED_BUFFERS
+    assert again.base is pool._buffers[0]

@@ -72,22 +72,21 @@ class BufferPool:
 
     def take(self, size: int) -> np.ndarray:
         """``size`` bytes (uint8), not zeroed."""
-        free = [b for b in self._buffers if sys.getrefcount(b) == _POOL_ONLY and len(b) >= size]
-        if free:
-            return min(free, key=len)[:size]
-        if len(self._buffers) >= POOLED_BUFFERS:
-            idle = [b for b in self._buffers if sys.getrefcount(b) == _POOL_ONLY]
+        buffers = self._buffers
+        idle = [i for i in range(len(buffers)) if sys.getrefcount(buffers[i]) == _POOL_ONLY]
+        fitting = [i for i in idle if len(buffers[i]) >= size]
+        if fitting:
+            return buffers[min(fitting, key=lambda i: len(buffers[i]))][:size]
+        if len(buffers) >= POOLED_BUFFERS:
             if not idle:
                 return np.empty(size, np.uint8)  # every pooled buffer is in use: this one is not kept
-            self._buffers.remove(idle[0])
-            del idle
-        self._buffers.append(np.empty(size, np.uint8))
-        return self._buffers[-1][:size]
+            del buffers[idle[0]]  # by position: arrays compare element by element
+        buffers.append(np.empty(size, np.uint8))
+        return buffers[-1][:size]
 
 
-_POOL_ONLY = 3
-"""``sys.getrefcount`` of a pooled buffer nobody else holds: the pool's list, the loop's name, the call's
-argument."""
+_POOL_ONLY = 2
+"""``sys.getrefcount`` of a pooled buffer nobody else holds: the pool's list and the call's argument."""
 
 
 @dataclass(frozen=True, slots=True)
