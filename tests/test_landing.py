@@ -206,3 +206,5 @@ def test_a_pooled_buffer_is_reused_only_once_nothing_holds_it() -> None:
     large = pool.take(10_000)  # the pool is full and no idle buffer is large enough: one is replaced
     assert len(large) == 10_000 and len(pool._buffers) == landing.POOLED_BUFFERS
     assert again.base is pool._buffers[0]
+    huge = pool.take(landing.POOLED_BYTES + 1)  # past the pool's bytes: handed out, never kept
+    assert len(huge) == landing.POOLED_BYTES + 1 and all(b is not huge.base for b in pool._buffers)

@@ -79,16 +79,17 @@ class WindowReader:
                 yield self._columns(window.runs, order[a:b], landed)
             else:
                 return
-        yield self.read_window(window, order, land=False)
+        yield self.read_window(window, order)
 
-    def read_window(self, window: Window, order: np.ndarray, *, land: bool = True) -> Columns:
-        """The window's samples at ``order`` (positions in read order): large samples straight into their
-        columns where the readers can land them (``ShardReaders.locate``), else all the window's shards read
-        together and cut out in that order when the format can (``Format.read_across``), else shard by
-        shard, which finds the bad samples under ``on_error="skip"``."""
+    def read_window(self, window: Window, order: np.ndarray) -> Columns:
+        """The window's samples at ``order`` (positions in read order): where they are ``scattered``,
+        straight into their columns where the readers can land them (``ShardReaders.locate``), else all the
+        window's shards read together and cut out in that order when the format can
+        (``Format.read_across``), else shard by shard, which finds the bad samples under
+        ``on_error="skip"``."""
         runs = window.runs
         try:
-            landing = self.readers.locate(runs, self.fields, any_size=self.scattered) if land else None
+            landing = self.readers.locate(runs, self.fields, any_size=True) if self.scattered else None
             joined = (
                 landing.land(order, self.readers.landing_pool)
                 if landing is not None

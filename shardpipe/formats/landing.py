@@ -33,6 +33,9 @@ one by one, which costs less than a column's fixed cost at these counts (docs/de
 copy")."""
 POOLED_BUFFERS = 8
 """Landing buffers a thread keeps for reuse (:class:`BufferPool`)."""
+POOLED_BYTES = 64 << 20
+"""Bytes of landing buffers a thread keeps for reuse: a window of large samples is landed whole (a mixture's,
+random access) and may be far larger than a batch."""
 
 
 class Landing(Protocol):
@@ -71,16 +74,20 @@ class BufferPool:
         self._buffers: list[np.ndarray] = []
 
     def take(self, size: int) -> np.ndarray:
-        """``size`` bytes (uint8), not zeroed."""
+        """``size`` bytes (uint8), not zeroed. The pool keeps at most ``POOLED_BUFFERS`` buffers of
+        ``POOLED_BYTES`` in all: idle ones go first to make room, and a buffer that would not fit is
+        handed out unpooled (freed with its last column)."""
         buffers = self._buffers
         idle = [i for i in range(len(buffers)) if sys.getrefcount(buffers[i]) == _POOL_ONLY]
         fitting = [i for i in idle if len(buffers[i]) >= size]
         if fitting:
             return buffers[min(fitting, key=lambda i: len(buffers[i]))][:size]
-        if len(buffers) >= POOLED_BUFFERS:
-            if not idle:
-                return np.empty(size, np.uint8)  # every pooled buffer is in use: this one is not kept
-            del buffers[idle[0]]  # by position: arrays compare element by element
+        for i in reversed(idle):  # by position: arrays compare element by element
+            if len(buffers) < POOLED_BUFFERS and sum(map(len, buffers)) + size <= POOLED_BYTES:
+                break
+            del buffers[i]
+        if len(buffers) >= POOLED_BUFFERS or sum(map(len, buffers)) + size > POOLED_BYTES:
+            return np.empty(size, np.uint8)
         buffers.append(np.empty(size, np.uint8))
         return buffers[-1][:size]
 
