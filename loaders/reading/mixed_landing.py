@@ -63,27 +63,25 @@ def land_window(parts: Sequence[SourcePart], names: tuple[str, ...], size: int) 
             dest = pool.take(int(sizes[:, j].sum()))
             into[names[j]] = (dest.data, np.cumsum(sizes[:, j]) - sizes[:, j])
             fields[names[j]] = packed(dest, sizes[:, j])
-        keys = [""] * size
-        small: dict[str, list[bytes | None]] = {
-            names[j]: [None] * size for j in np.flatnonzero(~landed).tolist()
-        }
+        landed_parts = []
         for part, found in zip(parts, located, strict=True):
             mine = {name: (view, at[part.positions]) for name, (view, at) in into.items()}
-            part_keys, part_fields = land(found.spans, names, landed, pool, found.locate, mine)
-            positions = part.positions.tolist()
-            for i, key in zip(positions, part_keys, strict=True):
-                keys[i] = key
-            for name, column in small.items():
-                for i, value in zip(positions, part_fields[name], strict=True):
-                    column[i] = value
-    fields.update(small)
-    pads, shards, sources = [False] * size, [0] * size, [0] * size
+            landed_parts.append(land(found.spans, names, landed, pool, found.locate, mine))
+    # Every part's values end to end, then put in window order by one list comprehension per column.
+    window_order = np.argsort(np.concatenate([part.positions for part in parts]), kind="stable").tolist()
+    joined_keys = [key for part_keys, _ in landed_parts for key in part_keys]
+    keys = [joined_keys[i] for i in window_order]
+    for j in np.flatnonzero(~landed).tolist():
+        joined = [value for _, part_fields in landed_parts for value in part_fields[names[j]]]
+        fields[names[j]] = [joined[i] for i in window_order]
+    pads = np.empty(size, bool)
+    shards = np.empty(size, np.int64)
+    sources = np.empty(size, np.int64)
     for part in parts:
         lengths = [run.stop - run.start for run in part.runs]
-        part_pads = np.repeat([bool(run.is_pad) for run in part.runs], lengths)[part.order].tolist()
-        part_shards = (
-            np.repeat([run.shard_index for run in part.runs], lengths)[part.order] + part.shard_offset
-        )
-        for i, pad, shard in zip(part.positions.tolist(), part_pads, part_shards.tolist(), strict=True):
-            pads[i], shards[i], sources[i] = pad, shard, part.source
-    return Columns(names, keys, {name: fields[name] for name in names}, pads, shards, sources)
+        pads[part.positions] = np.repeat([bool(run.is_pad) for run in part.runs], lengths)[part.order]
+        shards[part.positions] = np.repeat([run.shard_index for run in part.runs], lengths)[part.order]
+        shards[part.positions] += part.shard_offset
+        sources[part.positions] = part.source
+    columns = {name: fields[name] for name in names}
+    return Columns(names, keys, columns, pads.tolist(), shards.tolist(), sources.tolist())
