@@ -132,7 +132,7 @@ class ShardReaders:
 
     @property
     def landing_pool(self) -> BufferPool:
-        """The buffers large samples land in (:meth:`locate`), one pool per thread."""
+        """The buffers landed samples are copied into (:meth:`locate`), one pool per thread."""
         pool: BufferPool | None = getattr(self._thread, "pool", None)
         if pool is None:
             pool = self._thread.pool = BufferPool()

@@ -48,7 +48,7 @@ class WindowReader:
     def read(self, windows: Sequence[Window], skip: int) -> Iterator[Columns]:
         """Each window's columns in yield order, the first ``skip`` samples (consumed before a resume) left
         out: whole windows among them are not even read. With a ``piece_size``, a window of large samples
-        comes in pieces read straight into their columns (``ShardReaders.read_landed``), cut where the
+        comes in pieces read straight into their columns (``ShardReaders.locate``), cut where the
         batches of that size end, so that no batch but those that span two windows is copied again."""
         yielded = 0
         for window in windows:
