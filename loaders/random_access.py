@@ -239,9 +239,10 @@ def _runs(shard_of: np.ndarray, positions: np.ndarray) -> list[Run]:
     breaks = np.flatnonzero((np.diff(shard_of) != 0) | (np.diff(positions) != 1)) + 1
     starts = np.concatenate([[0], breaks]).astype(np.int64)
     stops = np.concatenate([breaks, [len(positions)]]).astype(np.int64)
+    firsts, lasts = positions[starts].tolist(), positions[stops - 1].tolist()
     return [
-        Run(int(shard_of[a]), int(positions[a]), int(positions[b - 1]) + 1, 0)
-        for a, b in zip(starts.tolist(), stops.tolist(), strict=True)
+        Run(shard, first, last + 1, 0)
+        for shard, first, last in zip(shard_of[starts].tolist(), firsts, lasts, strict=True)
     ]
 
 

@@ -115,18 +115,20 @@ def test_a_damaged_large_sample_is_named_or_skipped(
     assert len(pads) == NUM_SAMPLES and sum(pads) == skipping.num_errors == 1
 
 
+@pytest.mark.parametrize("scattered", [False, True], ids=["window", "scattered"])
 @pytest.mark.parametrize("fmt", ["tar", "tfrecord"])
 def test_a_mapped_file_cut_short_names_the_sample_instead_of_faulting(
-    packed: dict[str, Path], fmt: str, tmp_path: Path
+    packed: dict[str, Path], fmt: str, scattered: bool, tmp_path: Path
 ) -> None:
-    """A touch past a mapped file's end would kill the process (SIGBUS): the size is checked first."""
+    """A touch past a mapped file's end would kill the process (SIGBUS): the size is checked first, by a
+    window's landing and by random access's sample-by-sample reads alike."""
     out = _copy(packed[fmt], tmp_path / fmt)
     manifest = load_manifest(out)
     entry = manifest.splits["train"][0]
     index = ShardIndex.read(out / str(entry.index_path), entry.num_samples, manifest.fields)
     shard_format = get_format(fmt)
     with shard_format.open_reader(out / entry.path, index) as reader:
-        window = shard_format.locate([(reader, 0, entry.num_samples)], ["bin", "txt"])
+        window = shard_format.locate([(reader, 0, entry.num_samples)], ["bin", "txt"], scattered=scattered)
         assert window is not None
         keys, fields = window.land(np.array([0, 2, 1]), BufferPool())
         assert len(keys) == 3 and len(fields["bin"]) == 3

@@ -99,7 +99,9 @@ class ShardReaders:
         parts = [(readers[run.shard_index], run.start, run.stop) for run in runs]
         return self._format.read_across(parts, names, self._window_buffer, order)
 
-    def locate(self, runs: Sequence[Run], names: Sequence[str], *, any_size: bool = False) -> Landing | None:
+    def locate(
+        self, runs: Sequence[Run], names: Sequence[str], *, any_size: bool = False, scattered: bool = False
+    ) -> Landing | None:
         """Where the samples of ``runs`` lie, for each piece of them to be read straight into the columns it
         is handed out in (``Format.locate``); ``None`` where that cannot be done or gains nothing (small
         samples, readers that live for one read, more shards than stay open)."""
@@ -109,7 +111,7 @@ class ShardReaders:
             return None
         readers = {shard: self._kept(shard) for shard in shards}
         parts = [(readers[run.shard_index], run.start, run.stop) for run in runs]
-        return self._format.locate(parts, names, any_size=any_size)
+        return self._format.locate(parts, names, any_size=any_size, scattered=scattered)
 
     def open(self, shard_index: int) -> None:
         """Open the shard's reader now, if it stays open (so threads may then share the table)."""

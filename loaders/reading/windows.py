@@ -89,7 +89,7 @@ class WindowReader:
         ``on_error="skip"``."""
         runs = window.runs
         try:
-            landing = self.readers.locate(runs, self.fields, any_size=True) if self.scattered else None
+            landing = self.readers.locate(runs, self.fields, scattered=True) if self.scattered else None
             joined = (
                 landing.land(order, self.readers.landing_pool)
                 if landing is not None

@@ -136,13 +136,19 @@ class Format(Protocol):
         """
 
     def locate(
-        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], *, any_size: bool = False
+        self,
+        parts: Sequence[tuple[ShardReader, int, int]],
+        names: Sequence[str],
+        *,
+        any_size: bool = False,
+        scattered: bool = False,
     ) -> Landing | None:
         """Where the samples of ``parts`` (a loader's window, in read order, from readers open in this
         process) lie, so that each piece of the window is read straight into its batches' columns
         (:mod:`~shardpipe.formats.landing`): the read path of large samples, and with ``any_size`` of
-        scattered ones (random access), whatever their size. ``None`` when they are too small to gain or
-        the readers cannot (read them with :meth:`read_across` then).
+        a mixture's window, whatever their size. ``scattered`` samples (random access: a few here and there)
+        are read one by one, whatever their size. ``None`` when they are too small to gain or the readers
+        cannot (read them with :meth:`read_across` then).
         """
 
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
@@ -224,6 +230,11 @@ class FormatBase:
             yield from reader.read(start, stop)
 
     def locate(
-        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], *, any_size: bool = False
+        self,
+        parts: Sequence[tuple[ShardReader, int, int]],
+        names: Sequence[str],
+        *,
+        any_size: bool = False,
+        scattered: bool = False,
     ) -> Landing | None:
         return None

@@ -407,26 +407,46 @@ class LmdbWindow:
     records are looked up by key through one read transaction per shard, their headers read as arrays
     (:func:`framing.record_spans`), and each record hashed and its large fields copied where LMDB maps it."""
 
-    def __init__(self, parts: Sequence[Part], names: Sequence[str], *, version: int, check: bool) -> None:
+    def __init__(
+        self,
+        parts: Sequence[Part],
+        names: Sequence[str],
+        *,
+        version: int,
+        check: bool,
+        one_by_one: bool = False,
+    ) -> None:
+        """``one_by_one``: records decoded in turn, not as arrays (scattered ones: a few here and there)."""
         self._readers = list(dict.fromkeys(reader for reader, _, _ in parts))
         slot = {reader: i for i, reader in enumerate(self._readers)}
+        runs: dict[LmdbReader, list[tuple[int, int]]] = {reader: [] for reader in self._readers}
         for reader, start, stop in parts:
-            reader._check_runs([(start, stop)])
-        counts = [stop - start for _, start, stop in parts]
-        self._reader_of = np.repeat([slot[reader] for reader, _, _ in parts], counts)
-        self._sample_of = np.concatenate([np.arange(start, stop) for _, start, stop in parts])
+            runs[reader].append((start, stop))
+        for reader, its_runs in runs.items():
+            reader._check_runs(its_runs)
+        table = np.array([(slot[reader], start, stop) for reader, start, stop in parts], np.int64).reshape(
+            -1, 3
+        )
+        counts = table[:, 2] - table[:, 1]
+        firsts = np.cumsum(counts) - counts
+        self._reader_of = np.repeat(table[:, 0], counts)
+        self._sample_of = np.repeat(table[:, 1] - firsts, counts) + np.arange(int(counts.sum()))
         self._names, self._version, self._check = tuple(names), version, check
+        self._one_by_one = one_by_one
 
     def land(self, order: np.ndarray, pool: BufferPool) -> ColumnsOut:
         if not len(order):
             return [], {name: [] for name in self._names}
         with self._records(order) as (views, locate):
-            spans = framing.record_spans(views, self._names, version=self._version, check=self._check)
+            spans = None
+            if not self._one_by_one:
+                spans = framing.record_spans(views, self._names, version=self._version, check=self._check)
             landed = lands(spans.starts, spans.stops) if spans is not None else None
             if spans is not None and landed is not None and landed.any():
                 return land(spans, self._names, landed, pool, locate)
             try:  # copies every field out, and names the first damaged record
-                return framing.decode_many(views, self._names, version=self._version, check=self._check)
+                decode = framing.decode_each if self._one_by_one else framing.decode_many
+                return decode(views, self._names, version=self._version, check=self._check)
             except framing.RecordError as exc:
                 shard, sample = locate(exc.position)
                 raise CorruptShardError.at(shard, str(exc), sample_index=sample) from exc
@@ -496,12 +516,20 @@ class LmdbFormat(FormatBase, format_name="lmdb"):
         return LmdbReader.read_across(cast(Sequence[Part], parts), names, buffer, order)
 
     def locate(
-        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], *, any_size: bool = False
+        self,
+        parts: Sequence[tuple[ShardReader, int, int]],
+        names: Sequence[str],
+        *,
+        any_size: bool = False,
+        scattered: bool = False,
     ) -> LmdbWindow | None:
         records = cast(Sequence[Part], parts)
         kinds = {(reader._version, reader._check) for reader, _, _ in records}
         if len(kinds) != 1:
             return None
+        if scattered:
+            version, check = kinds.pop()
+            return LmdbWindow(records, names, version=version, check=check, one_by_one=True)
         reader, start, _ = records[0]
         reader._check_runs([])
         with reader._env.begin(buffers=True) as txn:

@@ -1,7 +1,9 @@
 """Large samples of the formats read by byte offset (tar, TFRecord), landed from a memory map of each shard.
 
 The index says where every sample, key and field lies, so a window is located with a few array operations
-and each piece of it is landed by :func:`.landing.land` straight out of the map. A file cut short while it
+and each piece of it is landed by :func:`.landing.land` straight out of the map. Scattered samples (random
+access: a few here and there) are read one by one instead (:class:`ScatteredWindow`), for which a window's
+fixed array costs would outweigh the samples' own. A file cut short while it
 is mapped would fault the process (SIGBUS) at the first touch past its end, so every piece first checks the
 size of each file it reads against the spans it needs, and names the first sample the file no longer holds.
 """
@@ -9,6 +11,7 @@ size of each file it reads against the spans it needs, and names the first sampl
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,7 +20,7 @@ import numpy as np
 
 from shardpipe.errors import CorruptShardError, UsageError
 from shardpipe.formats.landing import BufferPool, Located, Spans, land, lands
-from shardpipe.formats.layout import CHECKSUM, KEY_START, KEY_STOP, OFFSET, ShardIndex
+from shardpipe.formats.layout import CHECKSUM, KEY_START, KEY_STOP, NO_SPAN, OFFSET, ShardIndex, checksum
 from shardpipe.formats.terms import ColumnsOut
 
 
@@ -30,6 +33,8 @@ class MappedShard:
     index: ShardIndex
     data: memoryview
     alive: Callable[[], bool]
+    table: memoryview
+    """The index table's bytes, rows of little-endian uint64 (read a row at a time by scattered gets)."""
 
 
 class MappedWindow:
@@ -114,3 +119,84 @@ class MappedWindow:
                 first = int(self._sample_of[order[beyond]].min())
                 detail = f"file is {size:,} bytes now, shorter than when it was opened (cut short?)"
                 raise CorruptShardError.at(mapped.name, detail, sample_index=first)
+
+
+class ScatteredWindow:
+    """The samples of ``parts`` (``(shard, start, stop)``, shard a position in ``shards``), a few here and
+    there, read one by one: each one's index row unpacked from the table's bytes, its span hashed where
+    the map holds it, its key and fields copied out as ``bytes``. Per sample that costs about what the
+    array work of :class:`MappedWindow` costs per window: the cheaper way for a random batch."""
+
+    def __init__(
+        self,
+        shards: Sequence[MappedShard],
+        parts: Sequence[tuple[int, int, int]],
+        names: Sequence[str],
+        *,
+        verified: bool,
+    ) -> None:
+        for slot, start, stop in parts:
+            if not 0 <= start <= stop <= shards[slot].index.num_samples:
+                detail = (
+                    f"samples [{start}, {stop}) requested, the shard holds {shards[slot].index.num_samples}"
+                )
+                raise CorruptShardError.at(shards[slot].name, detail, sample_index=max(start, 0))
+        self._shards, self._names, self._verified = shards, tuple(names), verified
+        self._samples = [(slot, i) for slot, start, stop in parts for i in range(start, stop)]
+        """``(shard, sample)`` of each position in read order."""
+        index = shards[0].index
+        self._columns = [index.first_field + 2 * index.fields.index(name) for name in names]
+        self._row = struct.Struct(f"<{index.table.shape[1]}Q")
+
+    def land(self, order: np.ndarray, pool: BufferPool) -> ColumnsOut:
+        """The samples at ``order`` (positions in read order; repeats allowed), in that order."""
+        picked = [self._samples[i] for i in order.tolist()]
+        self._check_sizes(picked)
+        keys: list[str] = []
+        values: list[list[bytes | None]] = [[] for _ in self._names]
+        columns = list(zip(values, self._columns, strict=True))
+        verified, shards = self._verified, self._shards
+        row_of, end_of, width = self._row.unpack_from, _OFFSET.unpack_from, self._row.size
+        for slot, i in picked:
+            shard = shards[slot]
+            data, table = shard.data, shard.table
+            row = row_of(table, i * width)
+            begin, end = row[OFFSET], end_of(table, (i + 1) * width)[0]
+            if verified and checksum(data[begin:end]) != row[CHECKSUM]:
+                detail = "sample bytes differ from their checksum"
+                raise CorruptShardError.at(shard.name, detail, sample_index=i, offset=begin)
+            try:
+                keys.append(str(data[row[KEY_START] : row[KEY_STOP]], "utf-8"))
+            except UnicodeDecodeError as exc:
+                detail = f"key is not UTF-8: {exc}"
+                raise CorruptShardError.at(shard.name, detail, sample_index=i) from None
+            for out, column in columns:
+                a = row[column]
+                out.append(data[a : row[column + 1]].tobytes() if a != NO_SPAN else None)
+        return keys, dict(zip(self._names, values, strict=True))
+
+    @contextmanager
+    def located(self, order: np.ndarray) -> Iterator[Located | None]:
+        yield None  # read one by one: nothing to land into a caller's buffers
+
+    def _check_sizes(self, picked: list[tuple[int, int]]) -> None:
+        """Every file still holds the samples to be read from it: a touch past a mapped file's end would
+        fault the process."""
+        ends = [0] * len(self._shards)
+        width = self._row.size
+        for slot, i in picked:
+            ends[slot] = max(ends[slot], _OFFSET.unpack_from(self._shards[slot].table, (i + 1) * width)[0])
+        for slot, end in enumerate(ends):
+            shard = self._shards[slot]
+            if not end:
+                continue
+            if not shard.alive():
+                raise UsageError(f"the reader of {shard.name} is closed")
+            if (size := os.fstat(shard.fd).st_size) < end:
+                offsets = shard.index.offsets
+                first = min(i for s, i in picked if s == slot and offsets.item(i + 1) > size)
+                detail = f"file is {size:,} bytes now, shorter than when it was opened (cut short?)"
+                raise CorruptShardError.at(shard.name, detail, sample_index=first)
+
+
+_OFFSET = struct.Struct("<Q")

@@ -34,7 +34,7 @@ from shardpipe.formats.cutting import (
 )
 from shardpipe.formats.landing import LANDED_MIN_BYTES
 from shardpipe.formats.layout import OFFSET, ShardIndex
-from shardpipe.formats.mapped import MappedShard, MappedWindow
+from shardpipe.formats.mapped import MappedShard, MappedWindow, ScatteredWindow
 from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.formats.terms import ColumnsOut, Fields
 
@@ -92,9 +92,9 @@ class SpanReader(ReaderBase):
         if self._mapped is None:
             data = memoryview(mmap.mmap(self._fd, 0, prot=mmap.PROT_READ))
             closer = self._closer
-            self._mapped = MappedShard(
-                self._shard, self._fd, cast(ShardIndex, self._index), data, lambda: closer.alive
-            )
+            index = cast(ShardIndex, self._index)
+            table = np.ascontiguousarray(index.table, "<u8").data.cast("B")
+            self._mapped = MappedShard(self._shard, self._fd, index, data, lambda: closer.alive, table)
         return self._mapped
 
     def close(self) -> None:
@@ -379,8 +379,13 @@ class SpanFormat(FormatBase):
         return SpanReader.read_across(cast(Sequence[Part], parts), names, buffer, order)
 
     def locate(
-        self, parts: Sequence[tuple[ShardReader, int, int]], names: Sequence[str], *, any_size: bool = False
-    ) -> MappedWindow | None:
+        self,
+        parts: Sequence[tuple[ShardReader, int, int]],
+        names: Sequence[str],
+        *,
+        any_size: bool = False,
+        scattered: bool = False,
+    ) -> MappedWindow | ScatteredWindow | None:
         spans = cast(Sequence[Part], parts)
         readers = list(dict.fromkeys(reader for reader, _, _ in spans))
         first = readers[0]
@@ -389,12 +394,14 @@ class SpanFormat(FormatBase):
         for reader in readers:
             if not reader._closer.alive:
                 raise UsageError(f"the reader of {reader._shard} is closed")
+        slot = {reader: i for i, reader in enumerate(readers)}
+        located = [(slot[reader], start, stop) for reader, start, stop in spans]
+        if scattered:
+            return ScatteredWindow([r.mapped() for r in readers], located, names, verified=first._verified)
         if not any_size:
             offsets = {reader: cast(ShardIndex, reader._index).offsets for reader in readers}
             total = sum(offsets[r].item(stop) - offsets[r].item(start) for r, start, stop in spans)
             if total < LANDED_MIN_BYTES * sum(stop - start for _, start, stop in spans):
                 return None  # too small to gain: a field lands only where it averages that much
-        slot = {reader: i for i, reader in enumerate(readers)}
-        located = [(slot[reader], start, stop) for reader, start, stop in spans]
         window = MappedWindow([r.mapped() for r in readers], located, names, verified=first._verified)
         return window if any_size or window.landed.any() else None
