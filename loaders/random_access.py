@@ -103,6 +103,8 @@ class ShardedMapDataset(Dataset[Sample]):
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """The samples at ``indices`` (torch's DataLoader calls this once per batch), read together."""
         columns = self.read(indices)
+        if not self.decoders and self.transform is None:
+            return list(columns.samples())
         context = self._context()
         samples = zip(columns.samples(), columns.shards, strict=True)
         return [self._finish(sample, context, shard) for sample, shard in samples]
@@ -155,8 +157,8 @@ class ShardedMapDataset(Dataset[Sample]):
         unique, inverse = np.unique(positions, return_inverse=True)
         shard_of = np.searchsorted(self.starts, unique, side="right") - 1
         runs = _runs(shard_of, unique - self.starts[shard_of])
-        by_shard = _groups(runs)
-        if not self.source.remote or len(by_shard) == 1:
+        by_shard = _groups(runs) if self.source.remote else []
+        if len(by_shard) <= 1:
             return reader.read_window(Window(runs, None), inverse)
         pieces: list[Columns] = []
         for first in range(0, len(by_shard), MAX_OPEN_SHARDS):  # never more shards than stay open

@@ -135,11 +135,10 @@ class ScatteredWindow:
         *,
         verified: bool,
     ) -> None:
+        sizes = [shard.index.num_samples for shard in shards]
         for slot, start, stop in parts:
-            if not 0 <= start <= stop <= shards[slot].index.num_samples:
-                detail = (
-                    f"samples [{start}, {stop}) requested, the shard holds {shards[slot].index.num_samples}"
-                )
+            if not 0 <= start <= stop <= sizes[slot]:
+                detail = f"samples [{start}, {stop}) requested, the shard holds {sizes[slot]}"
                 raise CorruptShardError.at(shards[slot].name, detail, sample_index=max(start, 0))
         self._shards, self._names, self._verified = shards, tuple(names), verified
         self._samples = [(slot, i) for slot, start, stop in parts for i in range(start, stop)]
