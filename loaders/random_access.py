@@ -166,6 +166,7 @@ class ShardedMapDataset(Dataset[Sample]):
             with ThreadPoolExecutor(min(len(group), REMOTE_THREADS)) as pool:
                 windows = [Window(shard_runs, None) for shard_runs in group]
                 self._readers.codecs  # noqa: B018 (loaded here once, not by racing threads)
+                self._readers.load_indexes([runs[0].shard_index for runs in group], REMOTE_THREADS)
                 for shard_runs in group:  # opened here: the threads only look readers up
                     self._readers.open(shard_runs[0].shard_index)
                 pieces += pool.map(lambda w: reader.read_window(w, np.arange(len(w))), windows)

@@ -9,6 +9,7 @@ costs one ranged request plus its shard's index once, never the whole shard.
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from torch.utils.data import DataLoader
 from loaders import RemoteOptions, ShardedDataset
 from loaders.random_access import ShardedMapDataset
 from loaders.reading.keys import KeyTable
+from loaders.reading.source import DatasetSource
 from shardpipe.cli import main
 from shardpipe.errors import DataError, SampleIndexError, SampleKeyError, ShardpipeError
 from testkit.servers import S3Server
@@ -117,9 +119,23 @@ def test_remote_gets_cost_one_ranged_request_and_the_index_once(
     s3.control.reset_counts()
     wanted = [0, 1, 2, 15, 16, 29]  # three shards in one batch: one request per shard
     assert remote.__getitems__(wanted) == local.__getitems__(wanted)
-    shards = {remote.shards[i].path for i in (0, 2, 4)}
-    assert sum(s3.control.count("GET", path) for path in shards) == 3
+    shards = [remote.shards[i] for i in (0, 2, 4)]
+    assert sum(s3.control.count("GET", shard.path) for shard in shards) == 3
+    # their indexes, fetched together before the shards open: once each
+    assert [s3.control.count("GET", str(shard.index_path)) for shard in shards] == [1, 1, 1]
     assert remote.get("cls2/00005") == local.get("cls2/00005")
+
+
+def test_a_batchs_indexes_load_together(packed: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each remote index costs a round trip: a batch's are fetched at once, not one after another."""
+    ds = ShardedMapDataset(packed["tar"])
+    together = threading.Barrier(3, timeout=10)  # passes only if three loads wait at once
+    real = DatasetSource.index
+    monkeypatch.setattr(DatasetSource, "index", lambda *a, **k: (together.wait(), real(*a, **k))[1])
+    ds._readers.load_indexes([4, 0, 2, 0], threads=16)
+    monkeypatch.setattr(DatasetSource, "index", real)
+    assert sorted(ds._readers._indexes) == [0, 2, 4]
+    assert ds._readers.index(2) is ds._readers._indexes[2]  # kept: not loaded again
 
 
 def test_remote_lmdb_reads_through_the_cache(

@@ -12,6 +12,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -124,6 +125,18 @@ class ShardReaders:
         self._drop_inherited()
         return self._index(shard_index)
 
+    def load_indexes(self, shard_indices: Sequence[int], threads: int) -> None:
+        """Load the indexes of these shards not loaded yet, ``threads`` at a time: a remote one costs a
+        round trip, and opening a batch's shards one after another would wait for each in turn."""
+        self._drop_inherited()
+        missing = [i for i in dict.fromkeys(shard_indices) if i not in self._indexes][:MAX_OPEN_SHARDS]
+        if len(missing) < 2:
+            return
+        with ThreadPoolExecutor(min(threads, len(missing))) as pool:  # the source and its cache are
+            found = list(pool.map(self._load_index, missing))  # thread-safe; this object is not
+        for shard_index, index in zip(missing, found, strict=True):
+            self._remember_index(shard_index, index)
+
     @property
     def _window_buffer(self) -> ReadBuffer:
         """The buffer windows are read into, one per thread, reused between reads."""
@@ -178,11 +191,17 @@ class ShardReaders:
         if shard_index in self._indexes:
             self._indexes.move_to_end(shard_index)
             return self._indexes[shard_index]
-        index = self._source.index(self._shards[shard_index], check=self._check)
+        index = self._load_index(shard_index)
+        self._remember_index(shard_index, index)
+        return index
+
+    def _load_index(self, shard_index: int) -> ShardIndex | None:
+        return self._source.index(self._shards[shard_index], check=self._check)
+
+    def _remember_index(self, shard_index: int, index: ShardIndex | None) -> None:
         self._indexes[shard_index] = index
         while len(self._indexes) > MAX_OPEN_SHARDS:
             self._indexes.popitem(last=False)
-        return index
 
     def close(self) -> None:
         if self._pid == os.getpid():
