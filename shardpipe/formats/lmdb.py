@@ -424,9 +424,8 @@ class LmdbWindow:
             runs[reader].append((start, stop))
         for reader, its_runs in runs.items():
             reader._check_runs(its_runs)
-        table = np.array([(slot[reader], start, stop) for reader, start, stop in parts], np.int64).reshape(
-            -1, 3
-        )
+        rows = [(slot[reader], start, stop) for reader, start, stop in parts]
+        table = np.array(rows, np.int64).reshape(-1, 3)
         counts = table[:, 2] - table[:, 1]
         firsts = np.cumsum(counts) - counts
         self._reader_of = np.repeat(table[:, 0], counts)

@@ -2,10 +2,10 @@
 
 The index says where every sample, key and field lies, so a window is located with a few array operations
 and each piece of it is landed by :func:`.landing.land` straight out of the map. Scattered samples (random
-access: a few here and there) are read one by one instead (:class:`ScatteredWindow`), for which a window's
-fixed array costs would outweigh the samples' own. A file cut short while it
-is mapped would fault the process (SIGBUS) at the first touch past its end, so every piece first checks the
-size of each file it reads against the spans it needs, and names the first sample the file no longer holds.
+access: a few here and there) are read one by one instead (:class:`ScatteredWindow`): for them a window's
+array work would cost more than the samples themselves. A file cut short while it is mapped would fault
+the process (SIGBUS) at the first touch past its end, so every piece first checks the size of each file it
+reads against the spans it needs, and names the first sample the file no longer holds.
 """
 
 from __future__ import annotations
@@ -124,8 +124,9 @@ class MappedWindow:
 class ScatteredWindow:
     """The samples of ``parts`` (``(shard, start, stop)``, shard a position in ``shards``), a few here and
     there, read one by one: each one's index row unpacked from the table's bytes, its span hashed where
-    the map holds it, its key and fields copied out as ``bytes``. Per sample that costs about what the
-    array work of :class:`MappedWindow` costs per window: the cheaper way for a random batch."""
+    the map holds it, its key and fields copied out as ``bytes``. At a random batch's few samples per
+    shard, the array work :class:`MappedWindow` does for a window costs more than this loop
+    (docs/design-record.md, "Random gets")."""
 
     def __init__(
         self,

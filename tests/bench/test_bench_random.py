@@ -31,7 +31,7 @@ def test_quick_random_run_reports_every_reader_and_the_remote_counts(tmp_path: P
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     report = json.loads((out / "report.json").read_text())
     readers = {"raw-files", "lmdb-txn-get"} | {
-        f"shardpipe-{f}{b}" for f in ("tar", "lmdb", "tfrecord") for b in ("", "@64")
+        f"shardpipe-{f}{b}" for f in ("tar", "lmdb", "tfrecord", "tar-nocheck") for b in ("", "@64")
     }
     for profile in ("small", "large"):
         assert set(report["local"][profile]) == readers
