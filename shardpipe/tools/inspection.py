@@ -38,6 +38,10 @@ def inspect(root: Path | str, storage_options: Mapping[str, Any] | None = None) 
         "source": manifest.source,
         "shardpipe_version": manifest.shardpipe_version,
         "fingerprint": manifest.fingerprint(),
+        "compression": {
+            name: {"codec": codec.codec, "level": codec.level, "dictionary": codec.dictionary is not None}
+            for name, codec in manifest.compression.items()
+        },
         "splits": splits,
     }
 
@@ -51,6 +55,12 @@ def render(summary: dict[str, Any]) -> str:
         classes = summary["classes"]
         shown = ", ".join(classes[:12]) + (f", … ({len(classes)} in all)" if len(classes) > 12 else "")
         lines.append(f"classes: {shown}")
+    if summary.get("compression"):
+        stored = [
+            f"{name} ({entry['codec']}:{entry['level']}{', dictionary' if entry['dictionary'] else ''})"
+            for name, entry in summary["compression"].items()
+        ]
+        lines.append(f"compressed: {', '.join(stored)}")
     if summary.get("order"):
         order = summary["order"]
         lines.append(f"order: {order['method']}" + (f" (seed {order['seed']})" if "seed" in order else ""))
