@@ -49,12 +49,7 @@ class MappedWindow:
         verified: bool,
     ) -> None:
         self._shards, self._names, self._verified = shards, tuple(names), verified
-        for shard, start, stop in parts:
-            if not 0 <= start <= stop <= shards[shard].index.num_samples:
-                detail = (
-                    f"samples [{start}, {stop}) requested, the shard holds {shards[shard].index.num_samples}"
-                )
-                raise CorruptShardError.at(shards[shard].name, detail, sample_index=max(start, 0))
+        _check_parts(shards, parts)
         spans = np.array(parts, np.int64).reshape(-1, 3)  # (parts, 3): shard, start, stop
         counts = spans[:, 2] - spans[:, 1]
         self._shard_of = np.repeat(spans[:, 0], counts)
@@ -136,11 +131,7 @@ class ScatteredWindow:
         *,
         verified: bool,
     ) -> None:
-        sizes = [shard.index.num_samples for shard in shards]
-        for slot, start, stop in parts:
-            if not 0 <= start <= stop <= sizes[slot]:
-                detail = f"samples [{start}, {stop}) requested, the shard holds {sizes[slot]}"
-                raise CorruptShardError.at(shards[slot].name, detail, sample_index=max(start, 0))
+        _check_parts(shards, parts)
         self._shards, self._names, self._verified = shards, tuple(names), verified
         self._samples = [(slot, i) for slot, start, stop in parts for i in range(start, stop)]
         """``(shard, sample)`` of each position in read order."""
@@ -200,3 +191,12 @@ class ScatteredWindow:
 
 
 _OFFSET = struct.Struct("<Q")
+
+
+def _check_parts(shards: Sequence[MappedShard], parts: Sequence[tuple[int, int, int]]) -> None:
+    """Every part's samples lie in its shard (the index says how many it holds)."""
+    sizes = [shard.index.num_samples for shard in shards]
+    for slot, start, stop in parts:
+        if not 0 <= start <= stop <= sizes[slot]:
+            detail = f"samples [{start}, {stop}) requested, the shard holds {sizes[slot]}"
+            raise CorruptShardError.at(shards[slot].name, detail, sample_index=max(start, 0))
