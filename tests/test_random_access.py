@@ -23,6 +23,8 @@ from loaders.reading.keys import KeyTable
 from loaders.reading.source import DatasetSource
 from shardpipe.cli import main
 from shardpipe.errors import DataError, SampleIndexError, SampleKeyError, ShardpipeError
+from shardpipe.formats.layout import ShardIndex
+from shardpipe.manifest import load_manifest
 from testkit.servers import S3Server
 from tests.datagen import make_tree, pack_dataset
 from tests.test_dataset import damage
@@ -124,6 +126,23 @@ def test_remote_gets_cost_one_ranged_request_and_the_index_once(
     # their indexes, fetched together before the shards open: once each
     assert [s3.control.count("GET", str(shard.index_path)) for shard in shards] == [1, 1, 1]
     assert remote.get("cls2/00005") == local.get("cls2/00005")
+
+
+@pytest.mark.parametrize("fmt", ["tar", "tfrecord"])
+def test_a_key_that_is_not_utf8_is_named_when_checks_are_off(tmp_path: Path, fmt: str) -> None:
+    """With checks off nothing catches a damaged key before it is decoded: the error still names it."""
+    out = pack_dataset(tmp_path, fmt, 20, max_samples=10)
+    manifest = load_manifest(out)
+    entry = manifest.splits["train"][1]
+    index = ShardIndex.read(out / str(entry.index_path), entry.num_samples, manifest.fields)
+    shard = out / entry.path
+    data = bytearray(shard.read_bytes())
+    data[int(index.key_starts[3])] = 0xFF  # sample 3's key
+    shard.write_bytes(bytes(data))
+    ds = ShardedMapDataset(out, check=False)
+    with pytest.raises(DataError, match=f"shard-000001.{fmt}.*sample 3.*key is not UTF-8"):
+        ds.__getitems__([0, 13, 19])
+    assert ds.__getitems__([0, 19])[1]["__key__"] == ds[19]["__key__"]
 
 
 def test_a_batchs_indexes_load_together(packed: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
