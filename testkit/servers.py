@@ -177,9 +177,10 @@ class FaultMiddleware:
 
 def _ranges_cost_their_bytes() -> None:
     """Make moto's objects hand out their value without copying it: moto copies a whole object out of its
-    buffer twice per GET, then slices the range, so a ranged GET costs the object's size (8.6 ms per copy of
-    a 48 MiB object), where S3's costs the range. Benchmarks of ranged reads would measure that copy.
-    The value is kept as immutable bytes beside moto's buffer (which the rest of moto still reads)."""
+    buffer twice per GET, then slices the range, so a ranged GET costs the object's size where S3's costs
+    the range, and benchmarks of ranged reads would measure that copy (docs/design-record.md, "Remote
+    random gets"). The value is kept as immutable bytes beside moto's buffer, which the rest of moto still
+    reads."""
     from moto.s3.models import FakeKey
 
     if getattr(FakeKey, "_shardpipe_value", False):
