@@ -17,7 +17,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from torch.utils.data import Dataset
@@ -139,9 +139,6 @@ class ShardedMapDataset(Dataset[Sample]):
 
     def read(self, indices: Sequence[int]) -> Columns:
         """The raw samples at ``indices`` (negative ones count from the end, repeats allowed) as columns."""
-        positions = self._positions(indices)
-        if not len(positions):
-            return Columns(self.manifest.fields)
         reader = WindowReader(
             readers=self._readers,
             fields=self.manifest.fields,
@@ -149,11 +146,14 @@ class ShardedMapDataset(Dataset[Sample]):
             on_error=self.on_error,
             scattered=True,
         )
-        if len(positions) == 1:  # one get: no array work, whose fixed costs would dominate
-            position = int(positions[0])
+        if len(indices) == 1 and type(indices[0]) is int:  # one get: no array work (its fixed cost)
+            position = self._position(indices[0])
             shard = bisect_right(self._starts, position) - 1
             start = position - self._starts[shard]
             return reader.read_window(Window([Run(shard, start, start + 1, 0)], None), _FIRST)
+        positions = self._positions(indices)
+        if not len(positions):
+            return Columns(self.manifest.fields)
         unique, inverse = np.unique(positions, return_inverse=True)
         shard_of = np.searchsorted(self.starts, unique, side="right") - 1
         runs = _runs(shard_of, unique - self.starts[shard_of])
@@ -193,9 +193,19 @@ class ShardedMapDataset(Dataset[Sample]):
         positions = np.where(positions < 0, positions + size, positions)
         if ((positions < 0) | (positions >= size)).any():
             bad = next(i for i, p in zip(indices, positions.tolist(), strict=True) if not 0 <= p < size)
-            where = f"split {self.split!r} of {self.source.display}"
-            raise SampleIndexError(f"sample {bad} is out of range: {where} has {size} samples")
+            self._out_of_range(bad)
         return positions
+
+    def _position(self, index: int) -> int:
+        """One position (an int), as :meth:`_positions` checks many."""
+        position = index + self._starts[-1] if index < 0 else index
+        if not 0 <= position < self._starts[-1]:
+            self._out_of_range(index)
+        return position
+
+    def _out_of_range(self, index: int) -> NoReturn:
+        where = f"split {self.split!r} of {self.source.display}"
+        raise SampleIndexError(f"sample {index} is out of range: {where} has {len(self)} samples")
 
     def _keys_of(self, shard_index: int) -> list[str]:
         """Every key of one shard in order: their bytes alone when the index has their spans."""

@@ -133,9 +133,16 @@ class WindowReader:
 
     def _columns(self, runs: Sequence[Run], order: np.ndarray, joined: ColumnsOut) -> Columns:
         """The columns of samples ``order`` of ``runs`` read together, decompressed where stored so."""
+        keys, fields = joined
+        if len(runs) == 1:  # one shard's run (a single get): the same shard and flag for every sample
+            run = runs[0]
+            if (codecs := self.readers.codecs) is not None:
+                indexes = (np.arange(run.start, run.stop)[order]).tolist()
+                fields = codecs.decode_columns(keys, fields, self.shard_paths[run.shard_index], indexes)
+            pads, shards = [bool(run.is_pad)] * len(order), [run.shard_index] * len(order)
+            return Columns(self.fields, keys, fields, pads, shards)
         lengths = [run.stop - run.start for run in runs]
         shard_of = np.repeat([run.shard_index for run in runs], lengths)[order]
-        keys, fields = joined
         if (codecs := self.readers.codecs) is not None:
             indexes = np.concatenate([np.arange(run.start, run.stop) for run in runs])[order]
             names = np.asarray(self.shard_paths, dtype=object)[shard_of]

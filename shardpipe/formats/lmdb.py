@@ -424,12 +424,8 @@ class LmdbWindow:
             runs[reader].append((start, stop))
         for reader, its_runs in runs.items():
             reader._check_runs(its_runs)
-        rows = [(slot[reader], start, stop) for reader, start, stop in parts]
-        table = np.array(rows, np.int64).reshape(-1, 3)
-        counts = table[:, 2] - table[:, 1]
-        firsts = np.cumsum(counts) - counts
-        self._reader_of = np.repeat(table[:, 0], counts)
-        self._sample_of = np.repeat(table[:, 1] - firsts, counts) + np.arange(int(counts.sum()))
+        self._records_at = [(slot[reader], i) for reader, start, stop in parts for i in range(start, stop)]
+        """``(reader, record)`` of each position in read order."""
         self._names, self._version, self._check = tuple(names), version, check
         self._one_by_one = one_by_one
 
@@ -462,7 +458,9 @@ class LmdbWindow:
     ) -> Iterator[tuple[list[memoryview], Callable[[int], tuple[str, int]]]]:
         """The records at ``order`` as views into LMDB's map, valid inside (one read transaction per shard),
         and what names record i; a missing or overlong record is named first."""
-        reader_of, sample_of = self._reader_of[order].tolist(), self._sample_of[order].tolist()
+        where = self._records_at
+        picked = [where[i] for i in order.tolist()]
+        reader_of, sample_of = [r for r, _ in picked], [s for _, s in picked]
         readers = self._readers
 
         def locate(i: int) -> tuple[str, int]:

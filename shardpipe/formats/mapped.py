@@ -35,6 +35,8 @@ class MappedShard:
     alive: Callable[[], bool]
     table: memoryview
     """The index table's bytes, rows of little-endian uint64 (read a row at a time by scattered gets)."""
+    row: struct.Struct
+    """One row of ``table``."""
 
 
 class MappedWindow:
@@ -137,7 +139,7 @@ class ScatteredWindow:
         """``(shard, sample)`` of each position in read order."""
         index = shards[0].index
         self._columns = [index.first_field + 2 * index.fields.index(name) for name in names]
-        self._row = struct.Struct(f"<{index.table.shape[1]}Q")
+        self._row = shards[0].row  # every shard's: their indexes share one layout
 
     def land(self, order: np.ndarray, pool: BufferPool) -> ColumnsOut:
         """The samples at ``order`` (positions in read order; repeats allowed), in that order."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
@@ -94,7 +95,8 @@ class SpanReader(ReaderBase):
             closer = self._closer
             index = cast(ShardIndex, self._index)
             table = np.ascontiguousarray(index.table, "<u8").data.cast("B")
-            self._mapped = MappedShard(self._shard, self._fd, index, data, lambda: closer.alive, table)
+            row = struct.Struct(f"<{index.table.shape[1]}Q")
+            self._mapped = MappedShard(self._shard, self._fd, index, data, lambda: closer.alive, table, row)
         return self._mapped
 
     def close(self) -> None:
