@@ -175,14 +175,15 @@ class ScatteredWindow:
     def _check_sizes(self, picked: list[tuple[int, int]]) -> None:
         """Every file still holds the samples to be read from it: a touch past a mapped file's end would
         fault the process."""
-        ends = [0] * len(self._shards)
-        width = self._row.size
+        last = [-1] * len(self._shards)  # the last sample read from each file ends furthest
         for slot, i in picked:
-            ends[slot] = max(ends[slot], _OFFSET.unpack_from(self._shards[slot].table, (i + 1) * width)[0])
-        for slot, end in enumerate(ends):
+            if i > last[slot]:
+                last[slot] = i
+        for slot, i in enumerate(last):
             shard = self._shards[slot]
-            if not end:
+            if i < 0:
                 continue
+            end = _OFFSET.unpack_from(shard.table, (i + 1) * self._row.size)[0]
             if not shard.alive():
                 raise UsageError(f"the reader of {shard.name} is closed")
             if (size := os.fstat(shard.fd).st_size) < end:
