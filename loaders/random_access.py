@@ -26,11 +26,11 @@ from loaders.planning.planner import Run, Window
 from loaders.reading.columns import Columns, Decoding, to_batch
 from loaders.reading.decode import ColumnDecoder, DecodeContext, Decoder, decode_sample, resolve_decoders
 from loaders.reading.keys import KeyTable
-from loaders.reading.readers import MAX_OPEN_SHARDS, ShardReaders
+from loaders.reading.readers import ShardReaders
 from loaders.reading.source import DatasetSource, RemoteOptions
 from loaders.reading.windows import OnError, WindowReader
 from loaders.transfer.collate import Batch
-from shardpipe.errors import SampleIndexError, SampleKeyError
+from shardpipe.errors import DataError, SampleIndexError, SampleKeyError
 from shardpipe.formats import get_format
 from shardpipe.formats.layout import ShardIndex
 
@@ -102,9 +102,10 @@ class ShardedMapDataset(Dataset[Sample]):
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """The samples at ``indices`` (torch's DataLoader calls this once per batch), read together."""
-        columns = self.read(indices)
         if not self.decoders and self.transform is None:
-            return list(columns.samples())
+            found = self._read_straight(indices)
+            return found if found is not None else list(self.read(indices).samples())
+        columns = self.read(indices)
         context = self._context()
         samples = zip(columns.samples(), columns.shards, strict=True)
         return [self._finish(sample, context, shard) for sample, shard in samples]
@@ -161,8 +162,9 @@ class ShardedMapDataset(Dataset[Sample]):
         if len(by_shard) <= 1:
             return reader.read_window(Window(runs, None), inverse)
         pieces: list[Columns] = []
-        for first in range(0, len(by_shard), MAX_OPEN_SHARDS):  # never more shards than stay open
-            group = by_shard[first : first + MAX_OPEN_SHARDS]
+        limit = self._readers.limit
+        for first in range(0, len(by_shard), limit):  # never more shards than stay open
+            group = by_shard[first : first + limit]
             with ThreadPoolExecutor(min(len(group), REMOTE_THREADS)) as pool:
                 windows = [Window(shard_runs, None) for shard_runs in group]
                 self._readers.codecs  # noqa: B018 (loaded here once, not by racing threads)
@@ -184,6 +186,32 @@ class ShardedMapDataset(Dataset[Sample]):
         self.close()
 
     # ---- helpers ------------------------------------------------------------------------------------------
+    def _read_straight(self, indices: Sequence[int]) -> list[Sample] | None:
+        """The raw samples at ``indices`` (Python ints), each read on its own (``ShardReaders.read_samples``)
+        without the columns a batch or a decoder needs: what a random get costs is then the samples
+        themselves. ``None`` where they cannot be read so (other index types, a remote or compressed
+        dataset; under ``on_error="skip"``, a damaged sample among them): :meth:`read` reads them then."""
+        if not len(indices) or not all(type(index) is int for index in indices):
+            return None
+        starts, count, picks = self._starts, self._starts[-1], []
+        for index in indices:  # as _position, inline: per sample it costs what the read does
+            position = index + count if index < 0 else index
+            if not 0 <= position < count:
+                self._out_of_range(index)
+            shard = bisect_right(starts, position) - 1
+            picks.append((shard, position - starts[shard]))
+        try:
+            samples = self._readers.read_samples(picks, self.manifest.fields)
+        except DataError:
+            if self.on_error == "raise":
+                raise
+            return None  # read() replaces the damaged samples
+        if samples is None:
+            return None
+        for sample in samples:
+            sample["__pad__"] = False
+        return samples
+
     def _positions(self, indices: Sequence[int]) -> np.ndarray:
         given = np.asarray(indices)
         if given.size and given.dtype.kind not in "iu":

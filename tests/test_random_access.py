@@ -8,23 +8,27 @@ costs one ranged request plus its shard's index once, never the whole shard.
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from torch.utils.data import DataLoader
 
 from loaders import RemoteOptions, ShardedDataset
 from loaders.random_access import ShardedMapDataset
+from loaders.reading import readers as readers_module
 from loaders.reading.keys import KeyTable
+from loaders.reading.readers import open_limit
 from loaders.reading.source import DatasetSource
 from shardpipe.cli import main
-from shardpipe.errors import DataError, SampleIndexError, SampleKeyError, ShardpipeError
+from shardpipe.errors import CorruptShardError, DataError, SampleIndexError, SampleKeyError, ShardpipeError
 from shardpipe.formats.layout import ShardIndex
-from shardpipe.manifest import load_manifest
+from shardpipe.manifest import ShardEntry, load_manifest
 from testkit.servers import S3Server
 from tests.datagen import make_tree, pack_dataset
 from tests.test_dataset import damage
@@ -59,6 +63,57 @@ def test_positions_give_the_streamed_samples(packed: dict[str, Path], fmt: str) 
     assert batch["bin"].tolist() == [expected[i]["bin"] for i in wanted]
     assert not batch["__pad__"].any()
     assert ds.__getitems__([]) == []
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_raw_gets_read_one_by_one_are_those_read_as_a_window(packed: dict[str, Path], fmt: str) -> None:
+    """Without decoders a batch of ints is read sample by sample (``Format.read_samples``); any other index
+    type, and a decoded batch, as a window: the same samples either way."""
+    expected = list(ShardedDataset(packed[fmt], shuffle=False))
+    ds = ShardedMapDataset(packed[fmt])
+    wanted = [29, 0, 3, 3, -1, 14, 7, 8, 9]
+    assert ds.__getitems__(wanted) == [expected[i] for i in wanted]
+    assert ds.__getitems__(np.array(wanted)) == [expected[i] for i in wanted]  # numpy ints: as a window
+    assert list(ds.read(wanted).samples()) == [expected[i] for i in wanted]
+    assert [ds[i] for i in range(80)] == expected
+
+
+def test_gets_over_more_shards_than_stay_open_reopen_them(
+    packed: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Readers close least recently used first, and nothing is read through a closed one (its map
+    would be refused as closed)."""
+    monkeypatch.setattr(readers_module, "MAX_OPEN_SHARDS", 3)
+    expected = list(ShardedDataset(packed["tar"], shuffle=False))
+    ds = ShardedMapDataset(packed["tar"])
+    walk = [*range(0, 80, 5), *range(79, -1, -6)]  # every shard of 12, twice
+    assert [ds[i] for i in walk] == [expected[i] for i in walk]
+    assert ds.__getitems__(walk) == [expected[i] for i in walk]  # more shards than stay open at once
+    assert ds._readers.limit == len(ds._readers._open) == len(ds._readers._indexes) == 3
+
+
+def test_fewer_shards_stay_open_where_their_indexes_are_large(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(readers_module, "MAX_OPEN_SHARDS", 1024)
+    monkeypatch.setattr(readers_module, "INDEX_BYTES", 256 << 20)
+
+    def shards(num_samples: int) -> list[ShardEntry]:
+        return [ShardEntry("s.tar", num_samples, 1, "x")] * 3
+
+    assert open_limit(shards(1_000), 2, indexed=True) == 1024  # 64 KB an index
+    assert open_limit(shards(20_000), 2, indexed=True) == (256 << 20) // (20_001 * 64)
+    assert open_limit(shards(100_000), 2, indexed=True) == 64  # never fewer
+    assert open_limit(shards(100_000), 2, indexed=False) == 1024  # LMDB: no index to hold
+
+
+@pytest.mark.parametrize("fmt", ["tar", "tfrecord"])
+def test_a_shard_cut_short_while_open_names_the_first_sample_it_lost(tmp_path: Path, fmt: str) -> None:
+    out = pack_dataset(tmp_path, fmt, 20, max_samples=10)
+    ds = ShardedMapDataset(out)
+    kept = ds[16]  # shard 1 open and mapped
+    os.truncate(out / ds.shards[1].path, int(ds._readers.index(1).offsets[7]))  # samples 7-9 cut off
+    assert ds.__getitems__([10, 16]) == [ds[10], kept]  # samples the file still holds
+    with pytest.raises(CorruptShardError, match=f"shard-000001.{fmt}.*sample 8.*cut short"):
+        ds.__getitems__([10, 19, 18])
 
 
 def test_keys_find_their_samples_and_bad_lookups_are_project_errors(packed: dict[str, Path]) -> None:

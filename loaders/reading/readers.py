@@ -9,12 +9,14 @@ Readers are never used across a fork: a process that inherits them drops them an
 from __future__ import annotations
 
 import os
+import resource
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +31,32 @@ from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.formats.terms import ColumnsOut
 from shardpipe.manifest import ShardEntry
 
-MAX_OPEN_SHARDS = 64  # open shard readers per process: each holds a file descriptor or a mapping
+
+def _descriptor_limit() -> int:
+    """A quarter of this process's file-descriptor limit (the rest for everything else it opens), at least
+    64 and at most 1024."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 1024 if soft == resource.RLIM_INFINITY else max(64, min(1024, soft // 4))
+
+
+MAX_OPEN_SHARDS = _descriptor_limit()
+"""The most shard readers one process keeps open for a dataset (each holds a file descriptor or a mapping,
+and its index): random gets touch every shard of a split, and a shard closed between two of them is
+opened, and its index read and checked, again."""
+INDEX_BYTES = 256 << 20
+"""About the most bytes of shard indexes one process keeps for a dataset: fewer readers stay open where
+their indexes are larger (never fewer than 64)."""
+
+
+def open_limit(shards: Sequence[ShardEntry], num_fields: int, indexed: bool) -> int:
+    """How many of ``shards`` one process keeps open: ``MAX_OPEN_SHARDS``, fewer where their indexes
+    (``indexed``: the format reads by one; a row of 8-byte columns per sample, 4 and 2 per field) would
+    pass ``INDEX_BYTES``, at least 64. Pure: from the manifest's counts."""
+    if not indexed:
+        return MAX_OPEN_SHARDS
+    row_bytes = 8 * (4 + 2 * num_fields)
+    largest = (max((entry.num_samples for entry in shards), default=0) + 1) * row_bytes
+    return max(min(64, MAX_OPEN_SHARDS), min(MAX_OPEN_SHARDS, INDEX_BYTES // largest))
 
 
 class ShardReaders:
@@ -60,6 +87,8 @@ class ShardReaders:
         self._pid = os.getpid()
         self._open: OrderedDict[int, ShardReader] = OrderedDict()
         self._indexes: OrderedDict[int, ShardIndex | None] = OrderedDict()
+        self.limit = open_limit(shards, len(source.manifest.fields), fmt.needs_index)
+        """Shard readers kept open (and indexes kept) at most: no call reads more shards than this."""
         self._thread = threading.local()  # random access reads a batch's remote shards in threads
         self._codecs: FieldCodecs | None = None
         self._codecs_loaded = False
@@ -94,7 +123,7 @@ class ShardReaders:
         format cannot take together): read shard by shard then."""
         self._drop_inherited()
         shards = dict.fromkeys(run.shard_index for run in runs)
-        if self._per_read or len(shards) > MAX_OPEN_SHARDS:
+        if self._per_read or len(shards) > self.limit:
             return None
         readers = {shard: self._kept(shard) for shard in shards}
         parts = [(readers[run.shard_index], run.start, run.stop) for run in runs]
@@ -108,11 +137,32 @@ class ShardReaders:
         samples, readers that live for one read, more shards than stay open)."""
         self._drop_inherited()
         shards = dict.fromkeys(run.shard_index for run in runs)
-        if self._per_read or len(shards) > MAX_OPEN_SHARDS or not runs:
+        if self._per_read or len(shards) > self.limit or not runs:
             return None
         readers = {shard: self._kept(shard) for shard in shards}
         parts = [(readers[run.shard_index], run.start, run.stop) for run in runs]
         return self._format.locate(parts, names, any_size=any_size, scattered=scattered)
+
+    def read_samples(
+        self, picks: Sequence[tuple[int, int]], names: Sequence[str]
+    ) -> list[dict[str, Any]] | None:
+        """Each ``(shard, sample)`` of ``picks`` read on its own (``Format.read_samples``: random gets);
+        ``None`` where that cannot be done (a remote dataset, compressed fields, more shards than stay
+        open, a format that cannot): read them as a window then."""
+        self._drop_inherited()
+        if self._source.remote or self.codecs is not None:
+            return None
+        shards = {shard for shard, _ in picks}
+        if len(shards) > self.limit:
+            return None
+        readers, kept = {}, self._open
+        for shard in shards:
+            if (reader := kept.get(shard)) is None:
+                reader = self._kept(shard)
+            else:
+                kept.move_to_end(shard)  # as _kept() does, for a local reader: without its other work
+            readers[shard] = reader
+        return self._format.read_samples(readers, picks, names)
 
     def open(self, shard_index: int) -> None:
         """Open the shard's reader now, if it stays open (so threads may then share the table)."""
@@ -129,7 +179,7 @@ class ShardReaders:
         """Load the indexes of these shards not loaded yet, ``threads`` at a time: a remote one costs a
         round trip, and opening a batch's shards one after another would wait for each in turn."""
         self._drop_inherited()
-        missing = [i for i in dict.fromkeys(shard_indices) if i not in self._indexes][:MAX_OPEN_SHARDS]
+        missing = [i for i in dict.fromkeys(shard_indices) if i not in self._indexes][: self.limit]
         if len(missing) < 2:
             return
         with ThreadPoolExecutor(min(threads, len(missing))) as pool:  # the source and its cache are
@@ -183,7 +233,7 @@ class ShardReaders:
         else:
             reader = self._format.open_reader(self._source.root / entry.path, index, check=self._check)
         self._open[shard_index] = reader
-        while len(self._open) > MAX_OPEN_SHARDS:
+        while len(self._open) > self.limit:
             self._open.popitem(last=False)[1].close()
         return reader
 
@@ -200,7 +250,7 @@ class ShardReaders:
 
     def _remember_index(self, shard_index: int, index: ShardIndex | None) -> None:
         self._indexes[shard_index] = index
-        while len(self._indexes) > MAX_OPEN_SHARDS:
+        while len(self._indexes) > self.limit:
             self._indexes.popitem(last=False)
 
     def close(self) -> None:

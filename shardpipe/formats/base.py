@@ -151,6 +151,17 @@ class Format(Protocol):
         cannot (read them with :meth:`read_across` then).
         """
 
+    def read_samples(
+        self, readers: Mapping[int, ShardReader], picks: Sequence[tuple[int, int]], names: Sequence[str]
+    ) -> list[dict[str, Any]] | None:
+        """Each ``(shard, sample)`` of ``picks`` (``readers[shard]`` its reader, open in this process;
+        repeats allowed) as a dict of its fields of ``names`` (``bytes``; a field it lacks left out) and
+        its ``__key__``: random gets, each sample read on its own with nothing built per batch, so that
+        per sample the read is all they cost. ``None`` when the readers cannot (read them as a window).
+
+        Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
+        """
+
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         """Parse every record; return keys, layouts and the end offset, as the writer's ``close()`` does.
 
@@ -237,4 +248,9 @@ class FormatBase:
         any_size: bool = False,
         scattered: bool = False,
     ) -> Landing | None:
+        return None
+
+    def read_samples(
+        self, readers: Mapping[int, ShardReader], picks: Sequence[tuple[int, int]], names: Sequence[str]
+    ) -> list[dict[str, Any]] | None:
         return None

@@ -536,6 +536,29 @@ class LmdbFormat(FormatBase, format_name="lmdb"):
         version, check = kinds.pop()
         return LmdbWindow(records, names, version=version, check=check)
 
+    def read_samples(
+        self, readers: Mapping[int, ShardReader], picks: Sequence[tuple[int, int]], names: Sequence[str]
+    ) -> list[dict[str, Any]] | None:
+        """Each record looked up in its shard's read transaction and decoded (``framing.decode``)."""
+        opened = cast(Mapping[int, LmdbReader], readers)
+        out = []
+        with ExitStack() as stack:
+            gets = {}
+            for shard, reader in opened.items():
+                reader._check_runs([])
+                gets[shard] = stack.enter_context(reader._env.begin(buffers=True)).get
+            for shard, i in picks:
+                if (record := gets[shard](_INDEX.pack(i))) is None:
+                    detail = "no record under this index"
+                    raise CorruptShardError.at(opened[shard]._shard, detail, sample_index=i)
+                key, fields = opened[shard]._decode(record, i)
+                sample: dict[str, Any] = fields
+                if len(fields) != len(names):  # a record holds every field of the split, as a rule
+                    sample = {name: fields[name] for name in names if name in fields}
+                sample["__key__"] = key
+                out.append(sample)
+        return out
+
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         with LmdbReader(path) as reader:
             return reader.scan()

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -35,8 +36,12 @@ class MappedShard:
     alive: Callable[[], bool]
     table: memoryview
     """The index table's bytes, rows of little-endian uint64 (read a row at a time by scattered gets)."""
+    width: int
+    """The bytes of one row of ``table``."""
     row: struct.Struct
-    """One row of ``table``."""
+    """One row of ``table`` and the first value of the next (where the sample ends)."""
+    verified: bool
+    """Whether each sample's checksum is checked."""
 
 
 class MappedWindow:
@@ -120,80 +125,85 @@ class MappedWindow:
 
 class ScatteredWindow:
     """The samples of ``parts`` (``(shard, start, stop)``, shard a position in ``shards``), a few here and
-    there, read one by one: each one's index row unpacked from the table's bytes, its span hashed where
-    the map holds it, its key and fields copied out as ``bytes``. At a random batch's few samples per
-    shard, the array work :class:`MappedWindow` does for a window costs more than this loop
-    (docs/design-record.md, "Random gets")."""
+    there, read one by one by :func:`read_samples`: at a random batch's few samples per shard, the array
+    work :class:`MappedWindow` does for a window costs more than the samples themselves."""
 
     def __init__(
-        self,
-        shards: Sequence[MappedShard],
-        parts: Sequence[tuple[int, int, int]],
-        names: Sequence[str],
-        *,
-        verified: bool,
+        self, shards: Sequence[MappedShard], parts: Sequence[tuple[int, int, int]], names: Sequence[str]
     ) -> None:
         _check_parts(shards, parts)
-        self._shards, self._names, self._verified = shards, tuple(names), verified
+        self._shards, self._names = dict(enumerate(shards)), tuple(names)
         self._samples = [(slot, i) for slot, start, stop in parts for i in range(start, stop)]
         """``(shard, sample)`` of each position in read order."""
-        index = shards[0].index
-        self._columns = [index.first_field + 2 * index.fields.index(name) for name in names]
-        self._row = shards[0].row  # every shard's: their indexes share one layout
 
     def land(self, order: np.ndarray, pool: BufferPool) -> ColumnsOut:
         """The samples at ``order`` (positions in read order; repeats allowed), in that order."""
-        picked = [self._samples[i] for i in order.tolist()]
-        self._check_sizes(picked)
-        keys: list[str] = []
-        values: list[list[bytes | None]] = [[] for _ in self._names]
-        columns = list(zip(values, self._columns, strict=True))
-        verified, shards = self._verified, self._shards
-        row_of, end_of, width = self._row.unpack_from, _OFFSET.unpack_from, self._row.size
-        for slot, i in picked:
-            shard = shards[slot]
-            data, table = shard.data, shard.table
-            row = row_of(table, i * width)
-            begin, end = row[OFFSET], end_of(table, (i + 1) * width)[0]
-            if verified and checksum(data[begin:end]) != row[CHECKSUM]:
-                detail = "sample bytes differ from their checksum"
-                raise CorruptShardError.at(shard.name, detail, sample_index=i, offset=begin)
-            try:
-                keys.append(str(data[row[KEY_START] : row[KEY_STOP]], "utf-8"))
-            except UnicodeDecodeError as exc:
-                detail = f"key is not UTF-8: {exc}"
-                raise CorruptShardError.at(shard.name, detail, sample_index=i) from None
-            for out, column in columns:
-                a = row[column]
-                out.append(data[a : row[column + 1]].tobytes() if a != NO_SPAN else None)
-        return keys, dict(zip(self._names, values, strict=True))
+        samples = read_samples(self._shards, [self._samples[i] for i in order.tolist()], self._names)
+        keys = [sample.pop("__key__") for sample in samples]
+        return keys, {name: [sample.get(name) for sample in samples] for name in self._names}
 
     @contextmanager
     def located(self, order: np.ndarray) -> Iterator[Located | None]:
         yield None  # read one by one: nothing to land into a caller's buffers
 
-    def _check_sizes(self, picked: list[tuple[int, int]]) -> None:
-        """Every file still holds the samples to be read from it: a touch past a mapped file's end would
-        fault the process."""
-        last = [-1] * len(self._shards)  # the last sample read from each file ends furthest
-        for slot, i in picked:
-            if i > last[slot]:
-                last[slot] = i
-        for slot, i in enumerate(last):
-            shard = self._shards[slot]
-            if i < 0:
-                continue
-            end = _OFFSET.unpack_from(shard.table, (i + 1) * self._row.size)[0]
-            if not shard.alive():
-                raise UsageError(f"the reader of {shard.name} is closed")
-            if (size := os.fstat(shard.fd).st_size) < end:
-                offsets = shard.index.offsets
-                first = min(i for s, i in picked if s == slot and offsets.item(i + 1) > size)
-                detail = f"file is {size:,} bytes now, shorter than when it was opened (cut short?)"
-                raise CorruptShardError.at(shard.name, detail, sample_index=first)
+
+def read_samples(
+    shards: Mapping[int, MappedShard], picks: Sequence[tuple[int, int]], names: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Each ``(shard, sample)`` of ``picks`` (``shard`` a key of ``shards``; repeats allowed) as a dict of
+    its fields' bytes (those of ``names`` it has) and ``__key__``: each one's index row, and where its
+    span ends, unpacked from the table's bytes in one call, its span hashed where the map holds it (a
+    verified shard), its fields and key copied out. Random gets are this loop: per sample it is all
+    they cost (docs/design-record.md, "Random gets").
+
+    Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample: a checksum that
+    differs, a key that is not UTF-8, a file cut short under a sample to be read."""
+    _check_sizes(shards, picks)
+    ready, layout, columns = {}, None, []
+    for slot, shard in shards.items():
+        index = shard.index
+        if (index.fields, index.first_field) != layout:  # the shards of a split share one, mostly
+            layout = index.fields, index.first_field
+            columns = [
+                (name, index.first_field + 2 * index.fields.index(name))
+                for name in names
+                if name in index.fields
+            ]
+        ready[slot] = shard.data, shard.table, shard.row.unpack_from, shard.width, columns, shard.verified
+    out, digest, no_span = [], checksum, NO_SPAN  # locals: this loop is the whole cost of a get
+    for slot, i in picks:
+        data, table, unpack, width, columns, verified = ready[slot]
+        row = unpack(table, i * width)  # the sample's row, then where the next one begins: its end
+        if verified and digest(data[row[OFFSET] : row[-1]]) != row[CHECKSUM]:
+            detail = "sample bytes differ from their checksum"
+            raise CorruptShardError.at(shards[slot].name, detail, sample_index=i, offset=row[OFFSET])
+        sample: dict[str, Any] = {}
+        for name, column in columns:
+            if (start := row[column]) != no_span:
+                sample[name] = data[start : row[column + 1]].tobytes()
+        try:
+            sample["__key__"] = data[row[KEY_START] : row[KEY_STOP]].tobytes().decode()  # < str(view)
+        except UnicodeDecodeError as exc:
+            detail = f"key is not UTF-8: {exc}"
+            raise CorruptShardError.at(shards[slot].name, detail, sample_index=i) from None
+        out.append(sample)
+    return out
 
 
-_OFFSET = struct.Struct("<Q")
+def _check_sizes(shards: Mapping[int, MappedShard], picks: Sequence[tuple[int, int]]) -> None:
+    """Every file still holds the samples to be read from it: a touch past a mapped file's end would fault
+    the process. One size a file (``lseek`` to its end, which costs less than an ``fstat``; every read
+    here says its offset): one no shorter than its map holds them all."""
+    for slot, shard in shards.items():
+        if not shard.alive():
+            raise UsageError(f"the reader of {shard.name} is closed")
+        if (size := os.lseek(shard.fd, 0, os.SEEK_END)) >= len(shard.data):
+            continue
+        offsets = shard.index.offsets
+        beyond = [i for s, i in picks if s == slot and offsets.item(i + 1) > size]
+        if beyond:
+            detail = f"file is {size:,} bytes now, shorter than when it was opened (cut short?)"
+            raise CorruptShardError.at(shard.name, detail, sample_index=min(beyond))
 
 
 def _check_parts(shards: Sequence[MappedShard], parts: Sequence[tuple[int, int, int]]) -> None:

@@ -15,9 +15,9 @@ import os
 import struct
 import weakref
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from shardpipe.formats.cutting import (
 )
 from shardpipe.formats.landing import LANDED_MIN_BYTES
 from shardpipe.formats.layout import OFFSET, ShardIndex
-from shardpipe.formats.mapped import MappedShard, MappedWindow, ScatteredWindow
+from shardpipe.formats.mapped import MappedShard, MappedWindow, ScatteredWindow, read_samples
 from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.formats.terms import ColumnsOut, Fields
 
@@ -95,8 +95,19 @@ class SpanReader(ReaderBase):
             closer = self._closer
             index = cast(ShardIndex, self._index)
             table = np.ascontiguousarray(index.table, "<u8").data.cast("B")
-            row = struct.Struct(f"<{index.table.shape[1]}Q")
-            self._mapped = MappedShard(self._shard, self._fd, index, data, lambda: closer.alive, table, row)
+            width = index.table.shape[1]
+            row = struct.Struct(f"<{width + 1}Q")
+            self._mapped = MappedShard(
+                self._shard,
+                self._fd,
+                index,
+                data,
+                lambda: closer.alive,
+                table,
+                8 * width,
+                row,
+                self._verified,
+            )
         return self._mapped
 
     def close(self) -> None:
@@ -399,7 +410,7 @@ class SpanFormat(FormatBase):
         slot = {reader: i for i, reader in enumerate(readers)}
         located = [(slot[reader], start, stop) for reader, start, stop in spans]
         if scattered:
-            return ScatteredWindow([r.mapped() for r in readers], located, names, verified=first._verified)
+            return ScatteredWindow([r.mapped() for r in readers], located, names)
         if not any_size:
             offsets = {reader: cast(ShardIndex, reader._index).offsets for reader in readers}
             total = sum(offsets[r].item(stop) - offsets[r].item(start) for r, start, stop in spans)
@@ -407,3 +418,16 @@ class SpanFormat(FormatBase):
                 return None  # too small to gain: a field lands only where it averages that much
         window = MappedWindow([r.mapped() for r in readers], located, names, verified=first._verified)
         return window if any_size or window.landed.any() else None
+
+    def read_samples(
+        self, readers: Mapping[int, ShardReader], picks: Sequence[tuple[int, int]], names: Sequence[str]
+    ) -> list[dict[str, Any]] | None:
+        maps = {}
+        for shard, reader in readers.items():
+            mapped = cast(SpanReader, reader)._mapped  # mapped by an earlier call, or not yet
+            if mapped is None:
+                if not cast(SpanReader, reader).joinable:
+                    return None
+                mapped = cast(SpanReader, reader).mapped()
+            maps[shard] = mapped
+        return read_samples(maps, picks, names)
