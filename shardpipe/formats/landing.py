@@ -179,7 +179,7 @@ def _keys(spans: Spans, locate: Callable[[int], tuple[str, int]]) -> list[str]:
     """The keys, naming the first that is not UTF-8."""
     places = list(zip(spans.sources, spans.key_starts.tolist(), spans.key_stops.tolist(), strict=True))
     try:
-        return [str(source[a:z], "utf-8") for source, a, z in places]
+        return [source[a:z].tobytes().decode() for source, a, z in places]
     except UnicodeDecodeError:
         pass
     keys = []
