@@ -113,7 +113,7 @@ class MappedWindow:
             mapped = self._shards[shard]
             if not mapped.alive():
                 raise UsageError(f"the reader of {mapped.name} is closed")
-            size = os.fstat(mapped.fd).st_size
+            size = file_size(mapped.fd)
             if size >= self._window_ends[shard]:
                 continue
             beyond = (shard_of == shard) & (ends > size)
@@ -192,18 +192,23 @@ def read_samples(
 
 def _check_sizes(shards: Mapping[int, MappedShard], picks: Sequence[tuple[int, int]]) -> None:
     """Every file still holds the samples to be read from it: a touch past a mapped file's end would fault
-    the process. One size a file (``lseek`` to its end, which costs less than an ``fstat``; every read
-    here says its offset): one no shorter than its map holds them all."""
+    the process. One :func:`file_size` a file: one no shorter than its map holds them all."""
     for slot, shard in shards.items():
         if not shard.alive():
             raise UsageError(f"the reader of {shard.name} is closed")
-        if (size := os.lseek(shard.fd, 0, os.SEEK_END)) >= len(shard.data):
+        if (size := file_size(shard.fd)) >= len(shard.data):
             continue
         offsets = shard.index.offsets
         beyond = [i for s, i in picks if s == slot and offsets.item(i + 1) > size]
         if beyond:
             detail = f"file is {size:,} bytes now, shorter than when it was opened (cut short?)"
             raise CorruptShardError.at(shard.name, detail, sample_index=min(beyond))
+
+
+def file_size(fd: int) -> int:
+    """The size of an open file now: ``lseek`` to its end costs less than an ``fstat`` (no result object),
+    and moving the offset is harmless (every read of a shard says where it reads)."""
+    return os.lseek(fd, 0, os.SEEK_END)
 
 
 def _check_parts(shards: Sequence[MappedShard], parts: Sequence[tuple[int, int, int]]) -> None:
