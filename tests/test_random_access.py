@@ -27,8 +27,8 @@ from loaders.reading.readers import open_limit
 from loaders.reading.source import DatasetSource
 from shardpipe.cli import main
 from shardpipe.errors import CorruptShardError, DataError, SampleIndexError, SampleKeyError, ShardpipeError
-from shardpipe.formats.layout import ShardIndex
-from shardpipe.manifest import ShardEntry, load_manifest
+from shardpipe.formats.layout import ShardIndex, index_bytes
+from shardpipe.manifest import load_manifest
 from testkit.servers import S3Server
 from tests.datagen import make_tree, pack_dataset
 from tests.test_dataset import damage
@@ -95,14 +95,10 @@ def test_gets_over_more_shards_than_stay_open_reopen_them(
 def test_fewer_shards_stay_open_where_their_indexes_are_large(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(readers_module, "MAX_OPEN_SHARDS", 1024)
     monkeypatch.setattr(readers_module, "INDEX_BYTES", 256 << 20)
-
-    def shards(num_samples: int) -> list[ShardEntry]:
-        return [ShardEntry("s.tar", num_samples, 1, "x")] * 3
-
-    assert open_limit(shards(1_000), 2, indexed=True) == 1024  # 64 KB an index
-    assert open_limit(shards(20_000), 2, indexed=True) == (256 << 20) // (20_001 * 64)
-    assert open_limit(shards(100_000), 2, indexed=True) == 64  # never fewer
-    assert open_limit(shards(100_000), 2, indexed=False) == 1024  # LMDB: no index to hold
+    assert open_limit(index_bytes(1_000, 2, 2)) == 1024  # 64 KB an index
+    assert open_limit(index_bytes(20_000, 2, 2)) == (256 << 20) // index_bytes(20_000, 2, 2) < 1024
+    assert open_limit(index_bytes(100_000, 2, 2)) == 64  # never fewer
+    assert open_limit(0) == 1024  # LMDB: no index to hold
 
 
 @pytest.mark.parametrize("fmt", ["tar", "tfrecord"])

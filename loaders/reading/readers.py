@@ -26,7 +26,7 @@ from loaders.reading.source import DatasetSource
 from shardpipe.formats.base import Format, ShardReader
 from shardpipe.formats.compression import FieldCodecs
 from shardpipe.formats.landing import BufferPool, Landing
-from shardpipe.formats.layout import ShardIndex
+from shardpipe.formats.layout import ShardIndex, index_bytes
 from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.formats.terms import ColumnsOut
 from shardpipe.manifest import ShardEntry
@@ -48,15 +48,13 @@ INDEX_BYTES = 256 << 20
 their indexes are larger (never fewer than 64)."""
 
 
-def open_limit(shards: Sequence[ShardEntry], num_fields: int, indexed: bool) -> int:
-    """How many of ``shards`` one process keeps open: ``MAX_OPEN_SHARDS``, fewer where their indexes
-    (``indexed``: the format reads by one; a row of 8-byte columns per sample, 4 and 2 per field) would
-    pass ``INDEX_BYTES``, at least 64. Pure: from the manifest's counts."""
-    if not indexed:
+def open_limit(largest_index: int) -> int:
+    """How many shards one process keeps open when the largest index takes ``largest_index`` bytes (0: the
+    format reads by none): ``MAX_OPEN_SHARDS``, fewer where that many indexes would pass ``INDEX_BYTES``,
+    at least 64."""
+    if not largest_index:
         return MAX_OPEN_SHARDS
-    row_bytes = 8 * (4 + 2 * num_fields)
-    largest = (max((entry.num_samples for entry in shards), default=0) + 1) * row_bytes
-    return max(min(64, MAX_OPEN_SHARDS), min(MAX_OPEN_SHARDS, INDEX_BYTES // largest))
+    return max(min(64, MAX_OPEN_SHARDS), min(MAX_OPEN_SHARDS, INDEX_BYTES // largest_index))
 
 
 class ShardReaders:
@@ -87,7 +85,10 @@ class ShardReaders:
         self._pid = os.getpid()
         self._open: OrderedDict[int, ShardReader] = OrderedDict()
         self._indexes: OrderedDict[int, ShardIndex | None] = OrderedDict()
-        self.limit = open_limit(shards, len(source.manifest.fields), fmt.needs_index)
+        manifest, largest = source.manifest, max((entry.num_samples for entry in shards), default=0)
+        self.limit = open_limit(
+            index_bytes(largest, len(manifest.fields), manifest.index_version) if fmt.needs_index else 0
+        )
         """Shard readers kept open (and indexes kept) at most: no call reads more shards than this."""
         self._thread = threading.local()  # random access reads a batch's remote shards in threads
         self._codecs: FieldCodecs | None = None

@@ -467,12 +467,9 @@ class LmdbWindow:
             return readers[reader_of[i]]._shard, sample_of[i]
 
         with ExitStack() as stack:
-            txns = {}
-            for slot in dict.fromkeys(reader_of):
-                readers[slot]._check_runs([])
-                txns[slot] = stack.enter_context(readers[slot]._env.begin(buffers=True))
+            gets = _lookups(stack, {slot: readers[slot] for slot in dict.fromkeys(reader_of)})
             try:
-                records = [txns[r].get(_INDEX.pack(s)) for r, s in zip(reader_of, sample_of, strict=True)]
+                records = [gets[r](_INDEX.pack(s)) for r, s in zip(reader_of, sample_of, strict=True)]
             except lmdb.Error as exc:
                 raise CorruptShardError.at(readers[reader_of[0]]._shard, f"LMDB: {exc}") from exc
             for i, record in enumerate(records):
@@ -482,6 +479,16 @@ class LmdbWindow:
                     )
                     raise CorruptShardError.at(readers[reader_of[i]]._shard, what, sample_index=sample_of[i])
             yield cast(list[memoryview], records), locate
+
+
+def _lookups(stack: ExitStack, readers: Mapping[int, LmdbReader]) -> dict[int, Callable[[bytes], Any]]:
+    """Each reader's ``get`` (a record by key, as a view of LMDB's map) through one read transaction,
+    closed with ``stack``; each reader checked first (this process's, still open)."""
+    gets: dict[int, Callable[[bytes], Any]] = {}
+    for slot, reader in readers.items():
+        reader._check_runs([])
+        gets[slot] = stack.enter_context(reader._env.begin(buffers=True)).get
+    return gets
 
 
 class LmdbFormat(FormatBase, format_name="lmdb"):
@@ -543,12 +550,13 @@ class LmdbFormat(FormatBase, format_name="lmdb"):
         opened = cast(Mapping[int, LmdbReader], readers)
         out = []
         with ExitStack() as stack:
-            gets = {}
-            for shard, reader in opened.items():
-                reader._check_runs([])
-                gets[shard] = stack.enter_context(reader._env.begin(buffers=True)).get
+            gets = _lookups(stack, opened)
             for shard, i in picks:
-                if (record := gets[shard](_INDEX.pack(i))) is None:
+                try:
+                    record = gets[shard](_INDEX.pack(i))
+                except lmdb.Error as exc:
+                    raise CorruptShardError.at(opened[shard]._shard, f"LMDB: {exc}", sample_index=i) from exc
+                if record is None:
                     detail = "no record under this index"
                     raise CorruptShardError.at(opened[shard]._shard, detail, sample_index=i)
                 key, fields = opened[shard]._decode(record, i)
