@@ -230,7 +230,7 @@ def decode_many(
     sizes = np.fromiter(map(len, records), np.int64, len(records))
     if worth_joining(len(records), int(sizes.sum())):
         return decode_joined(b"".join(records), sizes, names, version=version, check=check, order=order)
-    return decode_each(records, names, version=version, check=check, order=order)
+    return _decode_each(records, names, version=version, check=check, order=order)
 
 
 def worth_joining(num_records: int, num_bytes: int) -> bool:
@@ -261,10 +261,10 @@ def decode_joined(
             return columns
     bounds, view = [0, *itertools.accumulate(sizes.tolist())], memoryview(joined)
     records = [view[a:b] for a, b in itertools.pairwise(bounds)]
-    return decode_each(records, names, version=version, check=check, order=order)
+    return _decode_each(records, names, version=version, check=check, order=order)
 
 
-def decode_each(
+def _decode_each(
     records: Sequence[bytes | memoryview],
     names: Sequence[str],
     *,

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import xxhash
@@ -173,6 +173,13 @@ def land(
         values = zip(sources, spans.starts[:, j].tolist(), spans.stops[:, j].tolist(), strict=True)
         fields[names[j]] = [source[a:z].tobytes() if a >= 0 else None for source, a, z in values]
     return _keys(spans, locate), {name: fields[name] for name in names if name in fields}
+
+
+def columns_of(samples: list[dict[str, Any]], names: Sequence[str]) -> ColumnsOut:
+    """Samples read one by one (dicts of fields and ``__key__``) as keys and a column per field of
+    ``names`` (``None`` where a sample lacks it)."""
+    keys = [sample.pop("__key__") for sample in samples]
+    return keys, {name: [sample.get(name) for sample in samples] for name in names}
 
 
 def _keys(spans: Spans, locate: Callable[[int], tuple[str, int]]) -> list[str]:

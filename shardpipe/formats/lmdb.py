@@ -32,7 +32,7 @@ import numpy as np
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.formats import framing
 from shardpipe.formats.base import FormatBase, Offsets, ReaderBase, RemoteBytes, ShardReader
-from shardpipe.formats.landing import LANDED_MIN_BYTES, BufferPool, Located, land, lands
+from shardpipe.formats.landing import LANDED_MIN_BYTES, BufferPool, Located, columns_of, land, lands
 from shardpipe.formats.layout import (
     KEY_START,
     KEY_STOP,
@@ -432,16 +432,16 @@ class LmdbWindow:
     def land(self, order: np.ndarray, pool: BufferPool) -> ColumnsOut:
         if not len(order):
             return [], {name: [] for name in self._names}
+        if self._one_by_one:
+            picks = [self._records_at[i] for i in order.tolist()]
+            return columns_of(_read_samples(dict(enumerate(self._readers)), picks, self._names), self._names)
         with self._records(order) as (views, locate):
-            spans = None
-            if not self._one_by_one:
-                spans = framing.record_spans(views, self._names, version=self._version, check=self._check)
+            spans = framing.record_spans(views, self._names, version=self._version, check=self._check)
             landed = lands(spans.starts, spans.stops) if spans is not None else None
             if spans is not None and landed is not None and landed.any():
                 return land(spans, self._names, landed, pool, locate)
             try:  # copies every field out, and names the first damaged record
-                decode = framing.decode_each if self._one_by_one else framing.decode_many
-                return decode(views, self._names, version=self._version, check=self._check)
+                return framing.decode_many(views, self._names, version=self._version, check=self._check)
             except framing.RecordError as exc:
                 shard, sample = locate(exc.position)
                 raise CorruptShardError.at(shard, str(exc), sample_index=sample) from exc
@@ -489,6 +489,32 @@ def _lookups(stack: ExitStack, readers: Mapping[int, LmdbReader]) -> dict[int, C
         reader._check_runs([])
         gets[slot] = stack.enter_context(reader._env.begin(buffers=True)).get
     return gets
+
+
+def _read_samples(
+    readers: Mapping[int, LmdbReader], picks: Sequence[tuple[int, int]], names: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Each ``(shard, record)`` of ``picks`` as a dict of its fields of ``names`` and ``__key__``: looked
+    up in its shard's read transaction and decoded (``framing.decode``). Random gets, and a scattered
+    window's records (:class:`LmdbWindow`)."""
+    out = []
+    with ExitStack() as stack:
+        gets = _lookups(stack, readers)
+        for shard, i in picks:
+            try:
+                record = gets[shard](_INDEX.pack(i))
+            except lmdb.Error as exc:
+                raise CorruptShardError.at(readers[shard]._shard, f"LMDB: {exc}", sample_index=i) from exc
+            if record is None:
+                detail = "no record under this index"
+                raise CorruptShardError.at(readers[shard]._shard, detail, sample_index=i)
+            key, fields = readers[shard]._decode(record, i)
+            sample: dict[str, Any] = fields
+            if len(fields) != len(names):  # a record holds every field of the split, as a rule
+                sample = {name: fields[name] for name in names if name in fields}
+            sample["__key__"] = key
+            out.append(sample)
+    return out
 
 
 class LmdbFormat(FormatBase, format_name="lmdb"):
@@ -546,26 +572,7 @@ class LmdbFormat(FormatBase, format_name="lmdb"):
     def read_samples(
         self, readers: Mapping[int, ShardReader], picks: Sequence[tuple[int, int]], names: Sequence[str]
     ) -> list[dict[str, Any]] | None:
-        """Each record looked up in its shard's read transaction and decoded (``framing.decode``)."""
-        opened = cast(Mapping[int, LmdbReader], readers)
-        out = []
-        with ExitStack() as stack:
-            gets = _lookups(stack, opened)
-            for shard, i in picks:
-                try:
-                    record = gets[shard](_INDEX.pack(i))
-                except lmdb.Error as exc:
-                    raise CorruptShardError.at(opened[shard]._shard, f"LMDB: {exc}", sample_index=i) from exc
-                if record is None:
-                    detail = "no record under this index"
-                    raise CorruptShardError.at(opened[shard]._shard, detail, sample_index=i)
-                key, fields = opened[shard]._decode(record, i)
-                sample: dict[str, Any] = fields
-                if len(fields) != len(names):  # a record holds every field of the split, as a rule
-                    sample = {name: fields[name] for name in names if name in fields}
-                sample["__key__"] = key
-                out.append(sample)
-        return out
+        return _read_samples(cast(Mapping[int, LmdbReader], readers), picks, names)
 
     def scan(self, path: Path) -> tuple[list[str], list[SampleLayout], int]:
         with LmdbReader(path) as reader:

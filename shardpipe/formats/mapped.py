@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from shardpipe.errors import CorruptShardError, UsageError
-from shardpipe.formats.landing import BufferPool, Located, Spans, land, lands
+from shardpipe.formats.landing import BufferPool, Located, Spans, columns_of, land, lands
 from shardpipe.formats.layout import CHECKSUM, KEY_START, KEY_STOP, NO_SPAN, OFFSET, ShardIndex, checksum
 from shardpipe.formats.terms import ColumnsOut
 
@@ -139,8 +139,7 @@ class ScatteredWindow:
     def land(self, order: np.ndarray, pool: BufferPool) -> ColumnsOut:
         """The samples at ``order`` (positions in read order; repeats allowed), in that order."""
         samples = read_samples(self._shards, [self._samples[i] for i in order.tolist()], self._names)
-        keys = [sample.pop("__key__") for sample in samples]
-        return keys, {name: [sample.get(name) for sample in samples] for name in self._names}
+        return columns_of(samples, self._names)
 
     @contextmanager
     def located(self, order: np.ndarray) -> Iterator[Located | None]:
