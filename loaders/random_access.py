@@ -191,15 +191,19 @@ class ShardedMapDataset(Dataset[Sample]):
         without the columns a batch or a decoder needs: what a random get costs is then the samples
         themselves. ``None`` where they cannot be read so (other index types, a remote or compressed
         dataset; under ``on_error="skip"``, a damaged sample among them): :meth:`read` reads them then."""
-        if not len(indices) or not all(type(index) is int for index in indices):
-            return None
-        starts, count, picks = self._starts, self._starts[-1], []
+        starts, count = self._starts, self._starts[-1]
+        picks: list[tuple[int, int]] = []
+        pick = picks.append
         for index in indices:  # as _position, inline: per sample it costs what the read does
+            if type(index) is not int:
+                return None
             position = index + count if index < 0 else index
             if not 0 <= position < count:
                 self._out_of_range(index)
             shard = bisect_right(starts, position) - 1
-            picks.append((shard, position - starts[shard]))
+            pick((shard, position - starts[shard]))
+        if not picks:
+            return None
         try:
             samples = self._readers.read_samples(picks, self.manifest.fields)
         except DataError:

@@ -10,6 +10,7 @@ reads against the spans it needs, and names the first sample the file no longer 
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -33,6 +34,8 @@ class MappedShard:
     fd: int
     index: ShardIndex
     data: memoryview
+    mapped: mmap.mmap
+    """The map ``data`` views: a slice of it is its bytes in one call (a view's takes two)."""
     alive: Callable[[], bool]
     table: memoryview
     """The index table's bytes, rows of little-endian uint64 (read a row at a time by scattered gets)."""
@@ -168,10 +171,18 @@ def read_samples(
                 for name in names
                 if name in index.fields
             ]
-        ready[slot] = shard.data, shard.table, shard.row.unpack_from, shard.width, columns, shard.verified
+        ready[slot] = (
+            shard.data,
+            shard.mapped,
+            shard.table,
+            shard.row.unpack_from,
+            shard.width,
+            columns,
+            shard.verified,
+        )
     out, digest, no_span = [], checksum, NO_SPAN  # locals: this loop is the whole cost of a get
     for slot, i in picks:
-        data, table, unpack, width, columns, verified = ready[slot]
+        data, mapped, table, unpack, width, columns, verified = ready[slot]
         row = unpack(table, i * width)  # the sample's row, then where the next one begins: its end
         if verified and digest(data[row[OFFSET] : row[-1]]) != row[CHECKSUM]:
             detail = "sample bytes differ from their checksum"
@@ -179,9 +190,9 @@ def read_samples(
         sample: dict[str, Any] = {}
         for name, column in columns:
             if (start := row[column]) != no_span:
-                sample[name] = data[start : row[column + 1]].tobytes()
+                sample[name] = mapped[start : row[column + 1]]
         try:
-            sample["__key__"] = data[row[KEY_START] : row[KEY_STOP]].tobytes().decode()  # < str(view)
+            sample["__key__"] = mapped[row[KEY_START] : row[KEY_STOP]].decode()
         except UnicodeDecodeError as exc:
             detail = f"key is not UTF-8: {exc}"
             raise CorruptShardError.at(shards[slot].name, detail, sample_index=i) from None

@@ -91,7 +91,7 @@ class SpanReader(ReaderBase):
     def mapped(self) -> MappedShard:
         """The file mapped into memory (once; the map lives as long as this reader and its users)."""
         if self._mapped is None:
-            data = memoryview(mmap.mmap(self._fd, 0, prot=mmap.PROT_READ))
+            mapped = mmap.mmap(self._fd, 0, prot=mmap.PROT_READ)
             closer = self._closer
             index = cast(ShardIndex, self._index)
             table = np.ascontiguousarray(index.table, "<u8").data.cast("B")
@@ -101,7 +101,8 @@ class SpanReader(ReaderBase):
                 self._shard,
                 self._fd,
                 index,
-                data,
+                memoryview(mapped),
+                mapped,
                 lambda: closer.alive,
                 table,
                 8 * width,
