@@ -7,7 +7,7 @@ import multiprocessing as mp
 import os
 import queue
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gcsfs
 import pytest
@@ -244,8 +244,9 @@ def test_read_ranges_fetches_neighbours_in_one_request(s3: S3Server, s3_root: st
 
 def _read_in_child(store: Store, results: Any) -> None:
     assert isinstance(store, FsspecStore)
+    inherited = store._fs  # the parent's, copied by a fork
     data = store.read("a/one.bin")
-    results.put((data == PAYLOAD, store._pid == os.getpid()))
+    results.put((data == PAYLOAD, store._pid == os.getpid(), store._fs is not inherited))
 
 
 @pytest.mark.timeout(60)
@@ -271,7 +272,7 @@ def test_store_is_safe_across_fork_and_spawn(
             child.join(timeout=10)
             if child.is_alive():
                 child.kill()
-    assert got == [(True, True), (True, True)]
+    assert got == [(True, True, True), (True, True, True)]
     assert all(child.exitcode == 0 for child in children)
     assert store.read("a/one.bin") == PAYLOAD  # the parent's own filesystem still works
 
@@ -281,6 +282,17 @@ def test_retry_policy_validates() -> None:
         RetryPolicy(max_attempts=0)
     with pytest.raises(UsageError, match="read_timeout_s must be > 0"):
         RetryPolicy(read_timeout_s=0)
+
+
+def test_stores_with_equal_options_share_one_filesystem() -> None:
+    """A client costs far more to build than a request: the stores of one process with equal options (a
+    dataset's splits, its cache, pack tasks) share one; other options get their own."""
+    options = {"token": "anon"}
+    first = open_store("gs://bucket/a", storage_options=options)
+    assert isinstance(first, FsspecStore)
+    assert cast(FsspecStore, open_store("gs://bucket/b", storage_options=dict(options))).fs is first.fs
+    other = cast(FsspecStore, open_store("gs://bucket/a", storage_options={**options, "project": "p"}))
+    assert other.fs is not first.fs
 
 
 def test_gcs_and_https_urls_make_fsspec_stores_without_touching_the_network() -> None:

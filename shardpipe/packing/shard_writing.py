@@ -22,7 +22,7 @@ from shardpipe.manifest import ShardEntry
 from shardpipe.packing.plan import ShardJob, cut_runs
 from shardpipe.sources import SampleTable
 from shardpipe.sources.urls import Stores, fetch_cells
-from shardpipe.storage import Store, redact_url, task_store
+from shardpipe.storage import Store, redact_url
 from shardpipe.storage.files import sha256_file, start_writeback
 
 BATCH_BYTES = 1 << 20
@@ -49,7 +49,7 @@ def write_shard(
     files or URLs (:func:`load_batches`). Module-level, and its arguments pickle (a store pickles as its
     root and options): any executor runs it."""
     batches = load_batches(job.samples, job.relpath, source_options)
-    return write_columns(job.relpath, task_store(out), format_name, batches, compressor)
+    return write_columns(job.relpath, out, format_name, batches, compressor)
 
 
 Batch = tuple[Sequence[str], Sequence[str], Sequence[Column]]

@@ -2,7 +2,8 @@
 
 Bytes are fetched by the shard writers (:func:`fetch_cells`), many files at once on threads, each through
 a store of the URL's bucket or host, so every read gets the seam's retries and its error messages. One
-store per bucket or host per task: a filesystem object is never shared across a fork.
+store per bucket or host per task (stores of one process share its filesystem objects, none crosses a
+fork).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from shardpipe.errors import DataError
-from shardpipe.storage import Store, open_store, task_store
+from shardpipe.storage import Store, open_store
 
 FETCH_THREADS = 16
 """Files fetched at once by one shard writer: small files are latency-bound, not bandwidth-bound."""
@@ -33,7 +34,7 @@ class Stores:
         if parts.query:  # a signed URL names one object; keys cannot be joined to it
             root, key = url, ""
         if root not in self._stores:
-            self._stores[root] = task_store(open_store(root, storage_options=self._options))
+            self._stores[root] = open_store(root, storage_options=self._options)
         return self._stores[root], key
 
     def size(self, url: str) -> int:

@@ -59,7 +59,6 @@ __all__ = [
     "redact_url",
     "scrub",
     "split_url",
-    "task_store",
 ]
 
 
@@ -134,17 +133,3 @@ def read_ranges(
     ``url`` may be a signed URL: it is used whole, query string included (and never printed).
     """
     return open_store(url, storage_options=storage_options).read_ranges("", ranges)
-
-
-_task_stores: dict[tuple[int, str], Store] = {}
-
-
-def task_store(store: Store) -> Store:
-    """``store``, or an equal one (same class, root, options, retry policy) this process already uses.
-
-    Pack tasks each get their stores afresh (unpickled, or made per task); a new filesystem object costs a
-    session, credential resolution and a client, far more than a request, so a worker process keeps one
-    per store for all its tasks. Keyed by pid: a forked child never reuses its parent's.
-    """
-    identity = f"{type(store).__qualname__}:{store.__reduce_ex__(2)[2]!r}"  # class and state: root, options
-    return _task_stores.setdefault((os.getpid(), identity), store)

@@ -1,9 +1,10 @@
 """Object-store access through fsspec (s3fs, gcsfs, HTTP): retries, error mapping, verified uploads.
 
 Invariants:
-- Each process makes its own filesystem object (instances keyed by pid, fsspec's instance cache skipped),
-  so no event loop or connection pool crosses a fork into a DataLoader worker; a pickled store carries
-  only its root and options.
+- Each process makes its own filesystem objects (fsspec's instance cache skipped), so no event loop or
+  connection pool crosses a fork into a DataLoader worker; a pickled store carries only its root and
+  options. Stores of one process with equal options share one (:func:`_filesystem`): a client costs far
+  more than a request to build, and a job opens several stores of one bucket (splits, sources, caches).
 - Transient failures are retried by the libraries' own machinery where they have it (botocore's retry
   config for S3, gcsfs's own retries for GCS) and by tenacity for HTTP, whose aiohttp client has none.
   Every call also has a deadline (``operation_timeout_s``, enforced and cancelled by fsspec): a client
@@ -22,6 +23,8 @@ import hashlib
 import logging
 import os
 import tempfile
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +34,7 @@ from urllib.parse import urlsplit
 import fsspec
 import tenacity
 from fsspec.exceptions import FSTimeoutError
+from fsspec.utils import tokenize
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
 from shardpipe.storage.base import (
@@ -57,6 +61,36 @@ UPLOAD_ATTEMPTS = 3
 _HTTP = ("http", "https")
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _TRANSIENT_WORDS = ("SlowDown", "Throttl", "InternalError", "ServiceUnavailable", "RequestTimeout", "reset")
+
+
+_FILESYSTEMS = 8
+"""Filesystem objects a process keeps for its stores to share; the least recently used goes first."""
+_filesystems: OrderedDict[str, Any] = OrderedDict()
+_filesystems_lock = threading.Lock()
+
+
+def _forget_filesystems() -> None:
+    """A forked child starts with none (its parent's belong to the parent's event loop) and a fresh lock
+    (a thread of the parent may have held it)."""
+    global _filesystems_lock
+    _filesystems.clear()
+    _filesystems_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_filesystems)
+
+
+def _filesystem(protocol: str, options: Mapping[str, Any]) -> Any:
+    """This process's filesystem object for ``protocol`` and ``options``: the one an earlier store with
+    equal ones made, else a new one, kept for the next."""
+    key = tokenize(protocol, options)
+    with _filesystems_lock:
+        if (fs := _filesystems.get(key)) is None:
+            fs = _filesystems[key] = fsspec.filesystem(protocol, skip_instance_cache=True, **options)
+            while len(_filesystems) > _FILESYSTEMS:
+                _filesystems.popitem(last=False)
+        _filesystems.move_to_end(key)
+        return fs
 
 
 class FsspecStore:
@@ -89,7 +123,7 @@ class FsspecStore:
     def fs(self) -> Any:
         """This process's filesystem object; a forked child builds its own on first use."""
         if self._fs is None or self._pid != os.getpid():
-            self._fs = fsspec.filesystem(self._protocol, skip_instance_cache=True, **self._fs_options())
+            self._fs = _filesystem(self._protocol, self._fs_options())
             self._pid = os.getpid()
         return self._fs
 

@@ -20,7 +20,7 @@ from shardpipe.packing.samples import KEY
 from shardpipe.packing.shard_writing import ShardFile, load_batches
 from shardpipe.packing.transform import OnError, Transform
 from shardpipe.sources import SampleTable
-from shardpipe.storage import Store, task_store
+from shardpipe.storage import Store
 
 STAGING = ".shardpipe-staging"
 """Where a pack with a map stages its mapped pieces, under OUT; removed once the manifest is in place."""
@@ -144,7 +144,6 @@ def map_piece(
     """Map one piece's inputs in order, check every output, write them as the piece's staged shard.
 
     Module-level, its arguments pickle: any executor runs it, and its result depends on them only."""
-    out = task_store(out)
     keys: list[str] = []
     sizes: list[int] = []
     groups: list[int] = []

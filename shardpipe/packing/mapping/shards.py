@@ -24,7 +24,7 @@ from shardpipe.packing.mapping import check_unique_keys, fields_differ
 from shardpipe.packing.mapping.pieces import MappedPiece
 from shardpipe.packing.plan import cut_shards
 from shardpipe.packing.shard_writing import ShardFile
-from shardpipe.storage import Store, local_copy, task_store
+from shardpipe.storage import Store, local_copy
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +125,6 @@ def write_mapped_shard(
     other is written from the staged samples it spans, read and checked. Module-level, its arguments
     pickle: any executor runs it. Staged samples are stored uncompressed: with a ``compressor`` every
     shard is written from them."""
-    out = task_store(out)
     if job.whole and compressor is None:
         staged = job.runs[0][0]
         index_path = None
