@@ -27,7 +27,7 @@ from shardpipe.storage import (
     split_url,
 )
 from shardpipe.storage.local import LocalStore
-from shardpipe.storage.remote import FsspecStore
+from shardpipe.storage.remote import MAX_CONNECTIONS, FsspecStore
 from testkit.servers import Faults, HTTPServer, S3Server
 
 PAYLOAD = bytes(range(256)) * 64  # 16 KiB, every byte value at every offset mod 256
@@ -293,6 +293,18 @@ def test_stores_with_equal_options_share_one_filesystem() -> None:
     assert cast(FsspecStore, open_store("gs://bucket/b", storage_options=dict(options))).fs is first.fs
     other = cast(FsspecStore, open_store("gs://bucket/a", storage_options={**options, "project": "p"}))
     assert other.fs is not first.fs
+
+
+def test_s3_stores_keep_a_batch_of_requests_in_flight_unless_told_otherwise() -> None:
+    """botocore holds 10 connections: a random batch of 64 ranged GETs would wait on the store's latency
+    in 7 waves."""
+
+    def pool(options: dict[str, Any]) -> int:
+        store = cast(FsspecStore, open_store("s3://bucket/data", storage_options={"anon": True, **options}))
+        return int(store.fs.config_kwargs["max_pool_connections"])
+
+    assert pool({}) == MAX_CONNECTIONS >= 64
+    assert pool({"config_kwargs": {"max_pool_connections": 8}}) == 8
 
 
 def test_gcs_and_https_urls_make_fsspec_stores_without_touching_the_network() -> None:

@@ -58,6 +58,9 @@ STREAM_CHUNK = 8 * 1024 * 1024
 STAGING_PREFIX = "shardpipe-stage-"
 #: Uploads whose read-back does not match are tried this many times in all.
 UPLOAD_ATTEMPTS = 3
+#: Requests one S3 filesystem object has in flight at once (botocore's default is 10): a random batch of
+#: 64 samples is 64 ranged GETs, each mostly waiting on the store's latency.
+MAX_CONNECTIONS = 64
 _HTTP = ("http", "https")
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _TRANSIENT_WORDS = ("SlowDown", "Throttl", "InternalError", "ServiceUnavailable", "RequestTimeout", "reset")
@@ -338,6 +341,7 @@ class FsspecStore:
                 "retries": {"total_max_attempts": policy.max_attempts, "mode": "standard"},
                 "connect_timeout": policy.connect_timeout_s,
                 "read_timeout": policy.read_timeout_s,
+                "max_pool_connections": MAX_CONNECTIONS,
             }
             options["config_kwargs"] = {**config, **options.get("config_kwargs", {})}
         elif self._protocol in _HTTP:
