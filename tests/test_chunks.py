@@ -10,7 +10,6 @@ from loaders.reading.columns import Columns, batches
 from loaders.transfer.chunks import (
     CHUNK_SAMPLES,
     MAX_CHUNK_BYTES,
-    MAX_CHUNKED_BATCH_BYTES,
     Chunk,
     batches_per_chunk,
     chunks,
@@ -75,12 +74,20 @@ def test_a_stream_that_ends_without_its_last_chunk_is_an_error() -> None:
         list(interleave(iter(cut_short), 1, 2))
 
 
+def test_cut_batches_view_their_chunk_without_copying() -> None:
+    chunk = next(batches([worker_columns(1, 12)], 12))
+    chunk["bin"] = RaggedBytes(bytes(chunk["bin"].buffer), chunk["bin"].offsets)  # as a pipe delivers it
+    cut_apart = list(interleave(iter([Chunk(0, chunk, True)]), 1, 5))
+    assert [len(b["__key__"]) for b in cut_apart] == [5, 5, 2]
+    assert all(b["bin"].buffer.obj is chunk["bin"].buffer for b in cut_apart)
+    assert [v for b in cut_apart for v in b["bin"]] == list(chunk["bin"])
+
+
 def test_batches_per_chunk_aims_at_a_sample_count_within_a_byte_cap() -> None:
     assert batches_per_chunk(64, 64 * 1024) == CHUNK_SAMPLES // 64
     assert batches_per_chunk(64, MAX_CHUNK_BYTES / 16) == 16  # the byte cap decides
     assert batches_per_chunk(64, MAX_CHUNK_BYTES / 10) == 9  # whole batches within the cap
-    assert batches_per_chunk(64, MAX_CHUNKED_BATCH_BYTES) == MAX_CHUNK_BYTES // MAX_CHUNKED_BATCH_BYTES
-    assert batches_per_chunk(64, MAX_CHUNKED_BATCH_BYTES + 1) == 1  # cutting would copy more than it saves
+    assert batches_per_chunk(64, MAX_CHUNK_BYTES / 3.5) == 3  # large batches share a message too
     assert batches_per_chunk(64, MAX_CHUNK_BYTES * 3) == 1  # one batch is already more
     assert batches_per_chunk(CHUNK_SAMPLES * 2, 100.0) == 1  # batches above the sample count
     assert batches_per_chunk(4, 0.0) == CHUNK_SAMPLES // 4

@@ -29,9 +29,6 @@ CHUNK_SAMPLES = 1024
 """A worker sends about this many samples per message when its batches are smaller: a default window
 (docs/design-record.md, "Several batches per message")."""
 MAX_CHUNK_BYTES = 4 << 20  # and no more bytes than this, as the manifest predicts them
-MAX_CHUNKED_BATCH_BYTES = 512 << 10
-"""Larger batches travel alone: cutting a chunk apart copies its bytes in the main process, which costs
-more than the message it saves from about this size on (docs/design-record.md)."""
 
 
 class Chunk(NamedTuple):
@@ -44,9 +41,7 @@ class Chunk(NamedTuple):
 
 def batches_per_chunk(batch_size: int, expected_batch_bytes: float) -> int:
     """How many batches one worker message carries: about ``CHUNK_SAMPLES`` samples, at most
-    ``MAX_CHUNK_BYTES``, at least one batch; one for batches above ``MAX_CHUNKED_BATCH_BYTES``."""
-    if expected_batch_bytes > MAX_CHUNKED_BATCH_BYTES:
-        return 1
+    ``MAX_CHUNK_BYTES``, at least one batch."""
     by_bytes = int(MAX_CHUNK_BYTES // expected_batch_bytes) if expected_batch_bytes > 0 else CHUNK_SAMPLES
     return max(1, min(CHUNK_SAMPLES // batch_size, by_bytes))
 
@@ -64,7 +59,8 @@ def chunks(batches: Iterable[Batch], worker: int) -> Iterator[Chunk]:
 
 
 def cut(batch: Batch | None, batch_size: int) -> Iterator[Batch]:
-    """The batches of ``batch_size`` a chunk holds, in order (the last may be shorter)."""
+    """The batches of ``batch_size`` a chunk holds, in order (the last may be shorter). Their byte fields
+    are views of the chunk's buffers, never copies: a batch a user keeps keeps its chunk's bytes."""
     if batch is None:
         return
     total = len(batch["__key__"])
@@ -77,7 +73,7 @@ def _cut_value(value: Any, start: int, stop: int) -> Any:
     if isinstance(value, RaggedBytes):
         offsets = value.offsets[start : stop + 1]
         first = int(offsets[0])
-        return RaggedBytes(value.buffer[first : int(offsets[-1])], offsets - first)
+        return RaggedBytes(memoryview(value.buffer)[first : int(offsets[-1])], offsets - first)
     return value[start:stop]  # keys (a list) and per-sample tensors
 
 
