@@ -6,6 +6,7 @@ import gc
 import math
 import os
 import pickle
+import tracemalloc
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ def as_lists(batch: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in batch.items():
         if isinstance(value, RaggedBytes):
-            out[name] = (value.tolist(), value.offsets.tolist(), type(value.buffer))
+            out[name] = (value.tolist(), value.offsets.tolist())
         elif isinstance(value, torch.Tensor):
             out[name] = (value.tolist(), value.dtype)
         else:
@@ -83,6 +84,24 @@ def test_a_batch_through_the_ring_equals_the_batch_and_frees_its_slot_in_order()
         assert len(ForkingPickler.dumps(message)) < 600  # only a descriptor crosses the pipe
         assert as_lists(through_pipe(message)) == as_lists(batch)
     assert ring.counts.tolist() == [[0, 0], [7, 7]]
+
+
+def test_kept_batches_stay_intact_and_dropped_ones_lend_their_buffers() -> None:
+    ring = Ring.create(num_workers=1, num_slots=2, slot_bytes=1 << 19)
+    sender = RingSender(ring)
+    kept = [through_pipe(sender.send(0, make_batch(9, 30_000, seed=s))) for s in range(5)]  # slots reused
+    assert [as_lists(b) for b in kept] == [as_lists(make_batch(9, 30_000, seed=s)) for s in range(5)]
+    del kept[0]
+    message = sender.send(0, make_batch(9, 30_000, seed=0))
+    tracemalloc.start()
+    try:
+        again = through_pipe(message)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < again["bin"].nbytes / 2  # copied into the buffer the dropped batch left, not a new one
+    assert as_lists(again) == as_lists(make_batch(9, 30_000, seed=0))
+    assert [as_lists(b) for b in kept] == [as_lists(make_batch(9, 30_000, seed=s)) for s in range(1, 5)]
 
 
 def test_a_batch_larger_than_a_slot_goes_inline() -> None:

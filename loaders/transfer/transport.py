@@ -5,7 +5,8 @@ workers start (torch's file-descriptor strategy unlinks it at once, so nothing n
 ``num_slots`` slots of ``slot_bytes`` per worker, and a ``[written, freed]`` counter pair per worker. A
 worker copies a batch's bulk bytes (each ``RaggedBytes``'s buffer and offsets, each tensor) into its next
 free slot and sends a small ``RingBatch`` descriptor through the pipe; unpickling the descriptor in the main
-process copies the bytes out and frees the slot. Invariants:
+process copies the bytes out, into buffers it reuses once no batch refers to them (``BufferPool``), and
+frees the slot. Invariants:
 
 - one writer per counter, no lock: the worker only advances ``written``, the main only ``freed``; the
   slot's bytes reach the main before their descriptor (a pipe write), and the main's copy-out is done
@@ -38,6 +39,7 @@ from torch.utils.data import get_worker_info
 from loaders.transfer.chunks import Chunk
 from loaders.transfer.collate import Batch, RaggedBytes
 from shardpipe.errors import ShardpipeError, UsageError
+from shardpipe.formats.landing import BufferPool
 
 Transport = Literal["auto", "pipe", "ring"]
 TRANSPORTS = ("auto", "pipe", "ring")
@@ -104,10 +106,12 @@ class Ring:
     # NumPy views of the same memory: indexing them costs far less than indexing the tensors
     _slots: np.ndarray = field(init=False, repr=False, compare=False)
     _counts: np.ndarray = field(init=False, repr=False, compare=False)
+    _pool: BufferPool = field(init=False, repr=False, compare=False)  # main: what batches are copied into
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_slots", self.memory.numpy())
         object.__setattr__(self, "_counts", self.counts.numpy())
+        object.__setattr__(self, "_pool", BufferPool())
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:  # the tensors travel, never the views
         return Ring, (self.memory, self.counts, self.token, self.parent_pid)
@@ -182,7 +186,9 @@ class Ring:
         return RingBatch(self.token, worker, seq, layout)
 
     def take(self, worker: int, seq: int, layout: Layout) -> Batch:
-        """Copy batch ``seq`` out of the worker's slot and free the slot (main process)."""
+        """Copy batch ``seq`` out of the worker's slot and free the slot (main process). Byte fields are
+        copied into buffers reused once no batch refers to them: fresh memory for each would cost a page
+        fault per 4 KiB, in the process that trains."""
         freed = int(self._counts[worker, 1])
         if seq != freed:
             raise RuntimeError(f"ring of worker {worker}: found batch {seq}, expected {freed} (out of order)")
@@ -191,11 +197,12 @@ class Ring:
         for name, kind, info in layout:
             if kind == "ragged":
                 size, count = info
-                buffer = source[pos : pos + size].tobytes()
+                buffer = self._pool.take(size)
+                buffer[:] = source[pos : pos + size]
                 pos += _aligned(size)
                 offsets = source[pos : pos + 8 * count].view(np.int64).copy()
                 pos += _aligned(8 * count)
-                batch[name] = RaggedBytes(buffer, offsets)
+                batch[name] = RaggedBytes(buffer.data.toreadonly(), offsets)
             elif kind == "tensor":
                 dtype, shape = np.dtype(info[0]), info[1]
                 size = dtype.itemsize * int(np.prod(shape))
