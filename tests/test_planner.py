@@ -12,7 +12,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from loaders.planning.planner import (
@@ -25,6 +25,7 @@ from loaders.planning.planner import (
     plan_windows,
     samples_per_rank,
     shard_order,
+    split_rows,
     worker_sample_counts,
     yield_order,
 )
@@ -306,6 +307,23 @@ def test_locality_many_shards() -> None:
     yields = all_yields(sizes, PlanConfig(4, 2))
     for rank in range(4):
         assert len({s for w in range(2) for s, _, _ in yields[rank, w]}) <= 27, rank
+
+
+@settings(max_examples=300, deadline=None)
+@given(lengths=st.lists(st.integers(0, 5), min_size=1, max_size=12), cuts=st.sets(st.integers(1, 59)))
+def test_split_rows_cuts_the_stream_where_its_positions_would(lengths: list[int], cuts: set[int]) -> None:
+    total = sum(lengths)
+    assume(total > 0)
+    starts = (np.cumsum([0, *lengths[:-1]]) * 2 + 1).tolist()
+    rows = np.array([[i % 3, a, a + n, i % 2] for i, (a, n) in enumerate(zip(starts, lengths, strict=True))])
+    bounds = [0, *sorted(c for c in cuts if c < total), total]
+
+    def positions(cut: np.ndarray) -> list[tuple[int, int, int]]:
+        return [(s, i, pad) for s, a, z, pad in cut.tolist() for i in range(a, z)]
+
+    stream = positions(rows)
+    pieces = split_rows(rows, bounds)
+    assert [positions(p) for p in pieces] == [stream[a:z] for a, z in itertools.pairwise(bounds)]
 
 
 def test_span_len() -> None:

@@ -218,12 +218,10 @@ def window_blocks(
     _check_int("worker_index", worker_index, low=0, high=config.num_readers)
     part = worker_part(runs, config, epoch=epoch, rank=rank, worker_index=worker_index)
     total, size = num_samples(part), config.shuffle_buffer
+    bounds = [*range(0, total, size), total]
     return [
-        (
-            window_rows(part, begin, min(begin + size, total), config.shuffle),
-            window_seed(config, epoch, rank, worker_index, index),
-        )
-        for index, begin in enumerate(range(0, total, size))
+        (_reading_order(rows, config.shuffle), window_seed(config, epoch, rank, worker_index, index))
+        for index, rows in enumerate(split_rows(part, bounds))
     ]
 
 
@@ -305,23 +303,39 @@ def cut_blocks(rows: Blocks, block_size: int) -> Blocks:
 
 def slice_rows(rows: np.ndarray, begin: int, end: int) -> np.ndarray:
     """Stream positions [begin, end) of ``rows`` (columns 1 and 2 are start and stop), rows cut to fit."""
+    return split_rows(rows, [begin, end])[0] if begin < end else rows[:0].copy()
+
+
+def split_rows(rows: np.ndarray, bounds: Sequence[int]) -> list[np.ndarray]:
+    """:func:`slice_rows` of each stream range [bounds[k], bounds[k + 1]) (bounds strictly increasing),
+    the rows' ends summed once for all of them: a worker's part cut into windows costs one pass, not one a
+    window (a mixture's part holds a row for nearly every sample)."""
     lengths = rows[:, 2] - rows[:, 1]
     ends = np.cumsum(lengths)  # (rows,) exclusive stream end of each row
-    first = int(np.searchsorted(ends, begin, side="right"))
-    last = int(np.searchsorted(ends, end, side="left"))  # the row holding position end - 1
-    if end <= begin or first >= len(rows):
-        return rows[:0].copy()
-    out = rows[first : last + 1].copy()
-    out[0, 1] += begin - (ends[first] - lengths[first])
-    out[-1, 2] -= ends[last] - end
-    return out
+    firsts = np.searchsorted(ends, bounds[:-1], side="right").tolist()
+    lasts = np.searchsorted(ends, bounds[1:], side="left").tolist()  # the row holding position end - 1
+    pieces = []
+    for begin, end, first, last in zip(bounds[:-1], bounds[1:], firsts, lasts, strict=True):
+        if first >= len(rows):
+            pieces.append(rows[:0].copy())
+            continue
+        out = rows[first : last + 1].copy()
+        out[0, 1] += begin - (ends[first] - lengths[first])
+        out[-1, 2] -= ends[last] - end
+        pieces.append(out)
+    return pieces
 
 
 def window_rows(part: Blocks, begin: int, end: int, shuffle: bool) -> Blocks:
-    """The spans of a window, positions [begin, end) of a worker's part, in reading order. Shuffled, that
-    is by shard then sample (the window's permutation decides the order samples are yielded in);
-    unshuffled, the part's own order, which is also the yield order."""
-    rows = slice_rows(part, begin, end)
+    """The spans of a window, positions [begin, end) of a worker's part, in reading order (see
+    :func:`_reading_order`)."""
+    return _reading_order(slice_rows(part, begin, end), shuffle)
+
+
+def _reading_order(rows: Blocks, shuffle: bool) -> Blocks:
+    """A window's spans in reading order. Shuffled, that is by shard then sample (the window's permutation
+    decides the order samples are yielded in); unshuffled, the part's own order, which is also the yield
+    order."""
     return rows[np.lexsort((rows[:, 3], rows[:, 1], rows[:, 0]))] if shuffle else rows
 
 
