@@ -9,7 +9,7 @@ import pickle
 import tracemalloc
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -89,8 +89,19 @@ def test_a_batch_through_the_ring_equals_the_batch_and_frees_its_slot_in_order()
 def test_kept_batches_stay_intact_and_dropped_ones_lend_their_buffers() -> None:
     ring = Ring.create(num_workers=1, num_slots=2, slot_bytes=1 << 19)
     sender = RingSender(ring)
-    kept = [through_pipe(sender.send(0, make_batch(9, 30_000, seed=s))) for s in range(5)]  # slots reused
-    assert [as_lists(b) for b in kept] == [as_lists(make_batch(9, 30_000, seed=s)) for s in range(5)]
+
+    def take(seed: int) -> Batch:
+        return cast(Batch, through_pipe(sender.send(0, make_batch(9, 30_000, seed=seed))))
+
+    def intact(batches: dict[int, Batch]) -> bool:
+        return all(as_lists(b) == as_lists(make_batch(9, 30_000, seed=s)) for s, b in batches.items())
+
+    kept = {seed: take(seed) for seed in range(5)}  # more than the slots: they are reused
+    assert intact(kept)
+    array = np.frombuffer(kept.pop(1)["bin"].buffer, np.uint8)  # an array of a batch's bytes keeps them
+    expected = array.copy()
+    kept[1] = take(1)  # the same size again: its old buffer is not free
+    assert np.array_equal(array, expected)
     del kept[0]
     message = sender.send(0, make_batch(9, 30_000, seed=0))
     tracemalloc.start()
@@ -100,8 +111,8 @@ def test_kept_batches_stay_intact_and_dropped_ones_lend_their_buffers() -> None:
     finally:
         tracemalloc.stop()
     assert peak < again["bin"].nbytes / 2  # copied into the buffer the dropped batch left, not a new one
-    assert as_lists(again) == as_lists(make_batch(9, 30_000, seed=0))
-    assert [as_lists(b) for b in kept] == [as_lists(make_batch(9, 30_000, seed=s)) for s in range(1, 5)]
+    assert intact({0: again, **kept})
+    assert np.array_equal(array, expected)
 
 
 def test_a_batch_larger_than_a_slot_goes_inline() -> None:
