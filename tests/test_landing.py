@@ -210,3 +210,6 @@ def test_a_pooled_buffer_is_reused_only_once_nothing_holds_it() -> None:
     assert again.base is pool._buffers[0]
     huge = pool.take(landing.POOLED_BYTES + 1)  # past the pool's bytes: handed out, never kept
     assert len(huge) == landing.POOLED_BYTES + 1 and all(b is not huge.base for b in pool._buffers)
+    small = landing.BufferPool(max_buffers=2, max_bytes=1000)  # bounds of its own
+    held_small = [small.take(400) for _ in range(3)]
+    assert [h.base for h in held_small] == [*small._buffers, None]  # the third is not kept

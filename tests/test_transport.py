@@ -29,6 +29,7 @@ from loaders.transfer.transport import (
     uses_ring,
 )
 from shardpipe.errors import UsageError
+from shardpipe.formats import landing
 from tests.datagen import pack_dataset
 
 
@@ -113,6 +114,31 @@ def test_kept_batches_stay_intact_and_dropped_ones_lend_their_buffers() -> None:
     assert peak < again["bin"].nbytes / 2  # copied into the buffer the dropped batch left, not a new one
     assert intact({0: again, **kept})
     assert np.array_equal(array, expected)
+
+
+def test_the_trainer_pools_as_many_buffers_as_the_ring_has_slots() -> None:
+    """Messages are copied out as they arrive and wait for their turn: with a deep prefetch more of them
+    are held at once than a default pool keeps, and each would otherwise be fresh memory."""
+    slots = 2 * landing.POOLED_BUFFERS
+    ring = Ring.create(num_workers=1, num_slots=slots, slot_bytes=1 << 19)
+    sender = RingSender(ring)
+
+    sent = [make_batch(9, 30_000, seed=s) for s in range(slots)]
+
+    def take_all() -> list[Batch]:
+        return [cast(Batch, through_pipe(sender.send(0, batch))) for batch in sent]
+
+    held = take_all()
+    size = held[0]["bin"].nbytes
+    del held
+    tracemalloc.start()
+    try:
+        held = take_all()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < size  # every one copied into a buffer the first round left
+    assert [as_lists(b) for b in held] == [as_lists(b) for b in sent]
 
 
 def test_a_batch_larger_than_a_slot_goes_inline() -> None:

@@ -39,7 +39,7 @@ from torch.utils.data import get_worker_info
 from loaders.transfer.chunks import Chunk
 from loaders.transfer.collate import Batch, RaggedBytes
 from shardpipe.errors import ShardpipeError, UsageError
-from shardpipe.formats.landing import BufferPool
+from shardpipe.formats.landing import POOLED_BUFFERS, POOLED_BYTES, BufferPool
 
 Transport = Literal["auto", "pipe", "ring"]
 TRANSPORTS = ("auto", "pipe", "ring")
@@ -111,7 +111,13 @@ class Ring:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_slots", self.memory.numpy())
         object.__setattr__(self, "_counts", self.counts.numpy())
-        object.__setattr__(self, "_pool", BufferPool())
+        # The main holds a copy of every message in flight (taken as it arrives, handed out in turn): as
+        # many bytes as the ring holds stay pooled (a buffer a field, a few fields a message), so a deep
+        # prefetch does not copy into fresh memory.
+        workers, slots, _ = self.memory.shape
+        in_flight = workers * slots
+        pool = BufferPool(max(POOLED_BUFFERS, 4 * in_flight), max(POOLED_BYTES, self.memory.numel()))
+        object.__setattr__(self, "_pool", pool)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:  # the tensors travel, never the views
         return Ring, (self.memory, self.counts, self.token, self.parent_pid)

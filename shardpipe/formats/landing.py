@@ -70,23 +70,24 @@ class BufferPool:
     One pool per thread: it is not thread-safe.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_buffers: int = POOLED_BUFFERS, max_bytes: int = POOLED_BYTES) -> None:
+        """The pool keeps at most ``max_buffers`` buffers of ``max_bytes`` in all."""
         self._buffers: list[np.ndarray] = []
+        self._max_buffers, self._max_bytes = max_buffers, max_bytes
 
     def take(self, size: int) -> np.ndarray:
-        """``size`` bytes (uint8), not zeroed. The pool keeps at most ``POOLED_BUFFERS`` buffers of
-        ``POOLED_BYTES`` in all: idle ones go first to make room, and a buffer that would not fit is
-        handed out unpooled (freed with its last column)."""
-        buffers = self._buffers
+        """``size`` bytes (uint8), not zeroed. Idle buffers go first to make room within the pool's bounds;
+        a buffer that would not fit is handed out unpooled (freed with its last column)."""
+        buffers, most, most_bytes = self._buffers, self._max_buffers, self._max_bytes
         idle = [i for i in range(len(buffers)) if sys.getrefcount(buffers[i]) == _POOL_ONLY]
         fitting = [i for i in idle if len(buffers[i]) >= size]
         if fitting:
             return buffers[min(fitting, key=lambda i: len(buffers[i]))][:size]
         for i in reversed(idle):  # by position: arrays compare element by element
-            if len(buffers) < POOLED_BUFFERS and sum(map(len, buffers)) + size <= POOLED_BYTES:
+            if len(buffers) < most and sum(map(len, buffers)) + size <= most_bytes:
                 break
             del buffers[i]
-        if len(buffers) >= POOLED_BUFFERS or sum(map(len, buffers)) + size > POOLED_BYTES:
+        if len(buffers) >= most or sum(map(len, buffers)) + size > most_bytes:
             return np.empty(size, np.uint8)
         buffers.append(np.empty(size, np.uint8))
         return buffers[-1][:size]
