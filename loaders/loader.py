@@ -25,7 +25,7 @@ from loaders.dataset import ShardedDataset
 from loaders.planning.elastic import Segment
 from loaders.planning.position import decode_state, encode_state
 from loaders.reading.decode import ColumnDecoder, DecodeContext, DecodeError
-from loaders.transfer.chunks import batches_per_chunk, interleave
+from loaders.transfer.chunks import batches_per_chunk, interleave, prefetch_for
 from loaders.transfer.collate import collate_samples
 from loaders.transfer.transport import (
     EXTRA_SLOTS,
@@ -56,14 +56,16 @@ class ShardedLoader(DataLoader[Any]):
     ) -> None:
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+        workers, batch_bytes = kwargs.get("num_workers", 0), expected_batch_bytes(dataset, batch_size)
+        per_message = 1  # batch path: several small batches a message (loaders.transfer.chunks)
+        if dataset.batched and workers > 0:
+            per_message = batches_per_chunk(batch_size, batch_bytes)
+        if workers > 0 and kwargs.get("prefetch_factor") is None:
+            window_batches = -(-dataset.plan_config(workers).shuffle_buffer // batch_size)
+            kwargs["prefetch_factor"] = prefetch_for(window_batches, per_message, batch_bytes * per_message)
         if dataset.batched:  # the workers build whole batches: the DataLoader only forwards them
             kwargs["collate_fn"] = _forward
-            per_chunk = (
-                1  # several small batches per worker message (loaders.transfer.chunks); none without workers
-            )
-            if kwargs.get("num_workers", 0) > 0:
-                per_chunk = batches_per_chunk(batch_size, expected_batch_bytes(dataset, batch_size))
-            dataset = dataset.configured(chunk_batches=per_chunk)
+            dataset = dataset.configured(chunk_batches=per_message)
             super().__init__(dataset, batch_size=None, **kwargs)
         else:
             super().__init__(dataset, batch_size=batch_size, **kwargs)
@@ -226,13 +228,14 @@ def make_loader(
     *,
     pin_memory: bool | None = None,
     persistent_workers: bool | None = None,
-    prefetch_factor: int | None = 4,
+    prefetch_factor: int | None = None,
     multiprocessing_context: str | None = None,
     enlarge_pipe: bool = True,
     transport: Transport = "auto",
     **kwargs: Any,
 ) -> ShardedLoader:
-    """A ShardedLoader with sensible defaults: pinned memory when CUDA is there, persistent workers, prefetch.
+    """A ShardedLoader with sensible defaults: pinned memory when CUDA is there, persistent workers, and
+    (``prefetch_factor=None``) a window of messages ready in each worker (``chunks.prefetch_for``).
 
     It reads a dataset configured with its worker split aligned to ``batch_size``, sharing the given
     dataset's position, so ``dataset.set_epoch`` still works. When fields stay raw bytes (no decoder,

@@ -10,10 +10,13 @@ from loaders.reading.columns import Columns, batches
 from loaders.transfer.chunks import (
     CHUNK_SAMPLES,
     MAX_CHUNK_BYTES,
+    PREFETCH,
+    PREFETCH_MAX_BYTES,
     Chunk,
     batches_per_chunk,
     chunks,
     interleave,
+    prefetch_for,
 )
 from loaders.transfer.collate import Batch, RaggedBytes
 
@@ -81,6 +84,15 @@ def test_cut_batches_view_their_chunk_without_copying() -> None:
     assert [len(b["__key__"]) for b in cut_apart] == [5, 5, 2]
     assert all(b["bin"].buffer.obj is chunk["bin"].buffer for b in cut_apart)
     assert [v for b in cut_apart for v in b["bin"]] == list(chunk["bin"])
+
+
+def test_prefetch_holds_a_window_and_a_message_more_within_a_byte_cap() -> None:
+    assert prefetch_for(16, 16, 1e6) == PREFETCH  # a window is one message: the floor
+    assert prefetch_for(16, 2, 3e6) == 16 // 2 + 1  # a window of 8 messages, and one more
+    assert prefetch_for(16, 3, 3e6) == 6 + 1  # the last message of a window is partly filled
+    assert prefetch_for(16, 1, PREFETCH_MAX_BYTES / 7) == 7  # the byte cap decides
+    assert prefetch_for(16, 1, PREFETCH_MAX_BYTES) == PREFETCH  # never below the floor
+    assert prefetch_for(100, 1, 0.0) == 101  # nothing predicted: no byte cap
 
 
 def test_batches_per_chunk_aims_at_a_sample_count_within_a_byte_cap() -> None:

@@ -119,6 +119,19 @@ def test_make_loader_configures_a_dataset_sharing_the_epoch(packed: dict[str, Pa
         make_loader(dataset, batch_size=0)
 
 
+def test_default_prefetch_holds_a_window_of_each_workers_messages(
+    packed: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker hands a window over message by message: by default it keeps all of them ready, and one
+    more, so it can read its next window at once (``loaders.transfer.chunks.prefetch_for``)."""
+    monkeypatch.setattr("loaders.loader.batches_per_chunk", lambda batch_size, expected: 2)
+    dataset = ShardedDataset(packed["tar"], shuffle_buffer=60)
+    assert make_loader(dataset, 5, 2).prefetch_factor == 60 // (5 * 2) + 1
+    assert make_loader(dataset, 5, 2, prefetch_factor=3).prefetch_factor == 3  # the user's choice
+    assert make_loader(dataset, 5, 0).prefetch_factor is None  # no workers, no prefetch
+    assert make_loader(dataset, 5, 2, collate_fn=collate_samples).prefetch_factor == 60 // 5 + 1
+
+
 def byte_sums(column: RaggedBytes) -> torch.Tensor:
     """A column decoder: each item's byte sum, as one tensor."""
     return torch.tensor([sum(item) for item in column])

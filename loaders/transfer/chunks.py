@@ -31,6 +31,12 @@ CHUNK_SAMPLES = 1024
 MAX_CHUNK_BYTES = 4 << 20  # and no more bytes than this, as the manifest predicts them
 
 
+PREFETCH = 4
+"""Messages each worker keeps ready at least (the DataLoader's ``prefetch_factor``)."""
+PREFETCH_MAX_BYTES = 32 << 20
+"""More than ``PREFETCH`` messages a worker keeps ready only while they predict at most this many bytes."""
+
+
 class Chunk(NamedTuple):
     """Consecutive batches of one worker as one batch (``None`` when the worker had none left)."""
 
@@ -44,6 +50,18 @@ def batches_per_chunk(batch_size: int, expected_batch_bytes: float) -> int:
     ``MAX_CHUNK_BYTES``, at least one batch."""
     by_bytes = int(MAX_CHUNK_BYTES // expected_batch_bytes) if expected_batch_bytes > 0 else CHUNK_SAMPLES
     return max(1, min(CHUNK_SAMPLES // batch_size, by_bytes))
+
+
+def prefetch_for(window_batches: int, batches_per_message: int, message_bytes: float) -> int:
+    """The DataLoader's ``prefetch_factor`` (messages a worker keeps ready) that holds a whole window of
+    the worker's batches and one message more, at least ``PREFETCH``, larger only within
+    ``PREFETCH_MAX_BYTES``. A worker reads a window, then hands its messages over one at a time as the
+    DataLoader asks, in turn with the other workers; holding fewer than a window, it waits for the
+    trainer to take them before it can read the next window, and the cores idle (docs/design-record.md,
+    "Prefetch a window")."""
+    window = -(-window_batches // max(batches_per_message, 1)) + 1
+    fitting = int(PREFETCH_MAX_BYTES // message_bytes) if message_bytes > 0 else window
+    return max(PREFETCH, min(window, fitting))
 
 
 def chunks(batches: Iterable[Batch], worker: int) -> Iterator[Chunk]:
