@@ -25,10 +25,11 @@ from loaders.dataset import ShardedDataset
 from loaders.planning.elastic import Segment
 from loaders.planning.position import decode_state, encode_state
 from loaders.reading.decode import ColumnDecoder, DecodeContext, DecodeError
-from loaders.transfer.chunks import batches_per_chunk, interleave, prefetch_for
+from loaders.transfer.chunks import PREFETCH, batches_per_chunk, interleave, prefetch_for
 from loaders.transfer.collate import collate_samples
 from loaders.transfer.transport import (
     EXTRA_SLOTS,
+    SHM_SHARE,
     TRANSPORTS,
     Ring,
     RingSender,
@@ -60,7 +61,8 @@ class ShardedLoader(DataLoader[Any]):
         per_message = 1  # batch path: several small batches a message (loaders.transfer.chunks)
         if dataset.batched and workers > 0:
             per_message = batches_per_chunk(batch_size, batch_bytes)
-        if workers > 0 and kwargs.get("prefetch_factor") is None:
+        self._chosen_prefetch = workers > 0 and kwargs.get("prefetch_factor") is None
+        if self._chosen_prefetch:
             window_batches = -(-dataset.plan_config(workers).shuffle_buffer // batch_size)
             kwargs["prefetch_factor"] = prefetch_for(window_batches, per_message, batch_bytes * per_message)
         if dataset.batched:  # the workers build whole batches: the DataLoader only forwards them
@@ -105,9 +107,14 @@ class ShardedLoader(DataLoader[Any]):
         per_chunk = self.sharded.options.chunk_batches
         expected = self.expected_batch_bytes() * per_chunk  # one message: a chunk of batches
         slot_bytes = slot_bytes_for(expected, self.samples_per_batch * per_chunk)
+        shm_free = shm_free_bytes()
+        if self._chosen_prefetch and self.prefetch_factor:
+            # A prefetch deeper than PREFETCH only as far as its ring fits: the ring gains more than depth.
+            fitting = int(shm_free * SHM_SHARE) // (self.num_workers * slot_bytes) - EXTRA_SLOTS
+            self.prefetch_factor = max(PREFETCH, min(self.prefetch_factor, fitting))
         num_slots = (self.prefetch_factor or 2) + EXTRA_SLOTS
         ring_bytes = self.num_workers * num_slots * slot_bytes
-        if not uses_ring(self.transport, expected, ring_bytes, shm_free_bytes()):
+        if not uses_ring(self.transport, expected, ring_bytes, shm_free):
             return None
         return Ring.create(self.num_workers, num_slots, slot_bytes)
 

@@ -19,6 +19,7 @@ from loaders import ShardedDataset, ShardedLoader, make_loader
 from loaders.batches import Batch, RaggedBytes, collate_samples
 from loaders.planning.planner import worker_sample_counts
 from loaders.transfer import transport as tp
+from loaders.transfer.chunks import PREFETCH
 from loaders.transfer.transport import (
     Ring,
     RingBatch,
@@ -329,6 +330,25 @@ def test_auto_takes_the_ring_for_large_batches(tmp_path: Path) -> None:
     assert [as_lists(b) for b in auto] == [as_lists(b) for b in pipe]
     (live,) = tp._RINGS.values()
     assert int(live.counts[:, 1].sum()) == messages(auto)  # every chunk came through the ring
+
+
+def test_the_default_prefetch_gives_way_where_its_ring_would_not_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window-deep prefetch takes more shared memory; where /dev/shm is short the loader keeps the ring
+    (worth more) at the usual depth rather than falling back to the pipe."""
+    path = pack_dataset(tmp_path, "lmdb", 24, max_samples=8, size=20_000)
+    deep = make_loader(ShardedDataset(path), 4, 2)
+    assert deep.prefetch_factor > PREFETCH
+    per_chunk = deep.sharded.options.chunk_batches
+    slot = slot_bytes_for(deep.expected_batch_bytes() * per_chunk, 4 * per_chunk)
+    shallow_ring = 2 * (PREFETCH + tp.EXTRA_SLOTS) * slot
+    monkeypatch.setattr("loaders.loader.shm_free_bytes", lambda: int(shallow_ring / tp.SHM_SHARE))
+    ring = deep._make_ring()
+    assert ring is not None and ring.memory.shape[:2] == (2, PREFETCH + tp.EXTRA_SLOTS)
+    assert deep.prefetch_factor == PREFETCH
+    mine = make_loader(ShardedDataset(path), 4, 2, prefetch_factor=9)  # the user's choice is kept
+    assert mine._make_ring() is None and mine.prefetch_factor == 9  # and "auto" takes the pipe
 
 
 def test_make_loader_refuses_an_unknown_transport(packed: Path) -> None:
