@@ -115,8 +115,7 @@ class Ring:
         # many bytes as the ring holds stay pooled (a buffer a field, a few fields a message), so a deep
         # prefetch does not copy into fresh memory.
         workers, slots, _ = self.memory.shape
-        in_flight = workers * slots
-        pool = BufferPool(max(POOLED_BUFFERS, 4 * in_flight), max(POOLED_BYTES, self.memory.numel()))
+        pool = BufferPool(max(POOLED_BUFFERS, 4 * workers * slots), max(POOLED_BYTES, self.memory.numel()))
         object.__setattr__(self, "_pool", pool)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:  # the tensors travel, never the views
