@@ -57,14 +57,15 @@ class ShardedLoader(DataLoader[Any]):
     ) -> None:
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
-        workers, batch_bytes = kwargs.get("num_workers", 0), expected_batch_bytes(dataset, batch_size)
-        per_message = 1  # batch path: several small batches a message (loaders.transfer.chunks)
-        if dataset.batched and workers > 0:
-            per_message = batches_per_chunk(batch_size, batch_bytes)
+        workers, per_message = kwargs.get("num_workers", 0), 1
         self._chosen_prefetch = workers > 0 and kwargs.get("prefetch_factor") is None
-        if self._chosen_prefetch:
-            window_batches = -(-dataset.plan_config(workers).shuffle_buffer // batch_size)
-            kwargs["prefetch_factor"] = prefetch_for(window_batches, per_message, batch_bytes * per_message)
+        if workers > 0:
+            batch_bytes = expected_batch_bytes(dataset, batch_size)
+            if dataset.batched:  # several small batches a message (loaders.transfer.chunks)
+                per_message = batches_per_chunk(batch_size, batch_bytes)
+            if self._chosen_prefetch:
+                window = -(-dataset.plan_config(workers).shuffle_buffer // batch_size)  # in batches
+                kwargs["prefetch_factor"] = prefetch_for(window, per_message, batch_bytes * per_message)
         if dataset.batched:  # the workers build whole batches: the DataLoader only forwards them
             kwargs["collate_fn"] = _forward
             dataset = dataset.configured(chunk_batches=per_message)
