@@ -45,6 +45,7 @@ from loaders.reading.windows import OnError, WindowReader
 from loaders.transfer.chunks import chunks
 from loaders.transfer.heap import freeze_inherited_objects
 from shardpipe.formats import get_format
+from shardpipe.formats.landing import LANDED_MIN_BYTES
 from shardpipe.manifest import Manifest
 
 MAX_WORKERS = 256  # slots in the shared error counter
@@ -314,6 +315,13 @@ class ShardedDataset(IterableDataset[Sample]):
         if not self.decoders and self.transform is None:
             return (sample for window in columns for sample in window.samples())
         return self._finished(columns, context, worker_index)
+
+    @property
+    def hands_over_whole_windows(self) -> bool:
+        """Whether a worker hands each window over all at once (read whole, then cut into messages) rather
+        than a message at a time as its pieces land, as the batch path reads large samples
+        (``WindowReader``): ``make_loader`` then keeps a whole window of messages ready."""
+        return not (self.batched and self.sample_bytes() >= LANDED_MIN_BYTES)
 
     @property
     def batched(self) -> bool:

@@ -164,6 +164,10 @@ class Mixture(ShardedDataset):
             for stage in stages
         )
 
+    @property
+    def hands_over_whole_windows(self) -> bool:
+        return True  # landed whole (mixed_landing), or read source by source and gathered
+
     def plan_config(self, num_workers: int) -> PlanConfig:
         return replace(
             super().plan_config(num_workers),

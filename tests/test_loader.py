@@ -14,6 +14,7 @@ from loaders import ShardedDataset, ShardedLoader, make_loader
 from loaders.batches import RaggedBytes, collate_samples
 from loaders.decoding import column_decoder
 from loaders.loader import RESULT_PIPE_BYTES, enlarge_result_pipe
+from loaders.transfer.chunks import PREFETCH
 from tests.datagen import pack_dataset
 from tests.test_dataset import damage
 
@@ -129,6 +130,14 @@ def test_default_prefetch_holds_a_window_of_each_workers_messages(
     assert make_loader(dataset, 5, 2).prefetch_factor == 60 // (5 * 2) + 1
     assert make_loader(dataset, 5, 2, prefetch_factor=3).prefetch_factor == 3  # the user's choice
     assert make_loader(dataset, 5, 0).prefetch_factor is None  # no workers, no prefetch
+    assert make_loader(dataset, 5, 2, collate_fn=collate_samples).prefetch_factor == 60 // 5 + 1
+
+
+def test_large_samples_on_the_batch_path_keep_one_message_ahead(tmp_path: Path) -> None:
+    """Their windows land a message at a time (``WindowReader``): nothing comes at once to hold."""
+    dataset = ShardedDataset(pack_dataset(tmp_path, "tar", 8, size=20_000), shuffle_buffer=60)
+    assert not make_loader(dataset, 5, 2).sharded.hands_over_whole_windows
+    assert make_loader(dataset, 5, 2).prefetch_factor == PREFETCH
     assert make_loader(dataset, 5, 2, collate_fn=collate_samples).prefetch_factor == 60 // 5 + 1
 
 

@@ -337,17 +337,21 @@ def test_the_default_prefetch_gives_way_where_its_ring_would_not_fit(
 ) -> None:
     """A window-deep prefetch takes more shared memory; where /dev/shm is short the loader keeps the ring
     (worth more) at the usual depth rather than falling back to the pipe."""
-    path = pack_dataset(tmp_path, "lmdb", 24, max_samples=8, size=20_000)
-    deep = make_loader(ShardedDataset(path), 4, 2)
-    assert deep.prefetch_factor > PREFETCH
+    path = pack_dataset(tmp_path, "tar", 24, max_samples=8, size=2_000)  # read in whole windows
+
+    def loader(**kwargs: Any) -> ShardedLoader:
+        return make_loader(ShardedDataset(path, shuffle_buffer=8192), 64, 2, **kwargs)
+
+    deep = loader()
+    assert deep.prefetch_factor > PREFETCH and deep.expected_batch_bytes() >= tp.AUTO_MIN_BATCH_BYTES
     per_chunk = deep.sharded.options.chunk_batches
-    slot = slot_bytes_for(deep.expected_batch_bytes() * per_chunk, 4 * per_chunk)
+    slot = slot_bytes_for(deep.expected_batch_bytes() * per_chunk, 64 * per_chunk)
     shallow_ring = 2 * (PREFETCH + tp.EXTRA_SLOTS) * slot
     monkeypatch.setattr("loaders.loader.shm_free_bytes", lambda: int(shallow_ring / tp.SHM_SHARE))
     ring = deep._make_ring()
     assert ring is not None and ring.memory.shape[:2] == (2, PREFETCH + tp.EXTRA_SLOTS)
     assert deep.prefetch_factor == PREFETCH
-    mine = make_loader(ShardedDataset(path), 4, 2, prefetch_factor=9)  # the user's choice is kept
+    mine = loader(prefetch_factor=9)  # the user's choice is kept
     assert mine._make_ring() is None and mine.prefetch_factor == 9  # and "auto" takes the pipe
 
 

@@ -52,16 +52,16 @@ def batches_per_chunk(batch_size: int, expected_batch_bytes: float) -> int:
     return max(1, min(CHUNK_SAMPLES // batch_size, by_bytes))
 
 
-def prefetch_for(window_batches: int, batches_per_message: int, message_bytes: float) -> int:
-    """The DataLoader's ``prefetch_factor`` (messages a worker keeps ready) that holds a whole window of
-    the worker's batches and one message more, at least ``PREFETCH``, larger only within
-    ``PREFETCH_MAX_BYTES``. A worker reads a window, then hands its messages over one at a time as the
-    DataLoader asks, in turn with the other workers; holding fewer than a window, it waits for the
-    trainer to take them before it can read the next window, and the cores idle (docs/design-record.md,
-    "Prefetch a window")."""
-    window = -(-window_batches // max(batches_per_message, 1)) + 1
-    fitting = int(PREFETCH_MAX_BYTES // message_bytes) if message_bytes > 0 else window
-    return max(PREFETCH, min(window, fitting))
+def prefetch_for(batches_at_once: int, batches_per_message: int, message_bytes: float) -> int:
+    """The DataLoader's ``prefetch_factor`` (messages a worker keeps ready) that holds the batches a worker
+    hands over at once (a window it reads whole) and one message more, at least ``PREFETCH``, larger only
+    within ``PREFETCH_MAX_BYTES``. A worker that has read a window hands its messages over one at a time
+    as the DataLoader asks, in turn with the other workers; holding fewer, it waits for the trainer to
+    take them before it can read the next window, and the cores idle (docs/design-record.md, "Prefetch a
+    window")."""
+    ready = -(-batches_at_once // max(batches_per_message, 1)) + 1
+    fitting = int(PREFETCH_MAX_BYTES // message_bytes) if message_bytes > 0 else ready
+    return max(PREFETCH, min(ready, fitting))
 
 
 def chunks(batches: Iterable[Batch], worker: int) -> Iterator[Chunk]:
