@@ -245,7 +245,7 @@ def make_loader(
     **kwargs: Any,
 ) -> ShardedLoader:
     """A ShardedLoader with sensible defaults: pinned memory when CUDA is there, persistent workers, and
-    (``prefetch_factor=None``) a window of messages ready in each worker (``chunks.prefetch_for``).
+    (``prefetch_factor=None``) what a worker hands over at once kept ready (``chunks.prefetch_for``).
 
     It reads a dataset configured with its worker split aligned to ``batch_size``, sharing the given
     dataset's position, so ``dataset.set_epoch`` still works. When fields stay raw bytes (no decoder,
