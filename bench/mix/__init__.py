@@ -14,7 +14,8 @@ is measured on count twins: the same sample counts and shards with tiny payloads
 full-size sources, and its first epoch's source sequence is checked against the twins' (the same seed,
 world and workers must give the same sequence), so the twins stand for the real data by a check, not by
 assumption. Speed (``bench.mix.speed``): the mixture's epoch against the same three sources read one after
-another, each for as many samples as the mixture takes of it, in rotated rounds.
+another, each for as many samples as the mixture takes of it, in rotated rounds; each loader for two such
+passes, a fresh loader's first epoch and its next.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ RULES = {
     "independent per (epoch, rank, worker), each source restarted every epoch: the best case of random draws",
     "twins": "composition is measured on count twins of the sources (same counts and shards, tiny "
     "payloads); the full-size speed run's first-epoch source sequence is compared with the twins'",
-    "speed": "samples after each loader's --warmup-th batch over their time: the mixture's epoch against "
-    "the three sources read one after another, each for its count in the mixture's epoch; warm page cache",
+    "speed": "samples over their time: the mixture's epoch against the three sources read one after another, "
+    "each for its count in the mixture's epoch; warm page cache; each loader timed for two such passes: a "
+    "fresh loader's first epoch from its --warmup-th batch (it also fills the loader's shared memory and "
+    "buffer pools), then the same loader's next epoch (the rate of a long run)",
     "rounds": "mixture and sources-alone alternate, the order rotated each round; the target is the median "
     "over rounds of their ratio within the round (paired), with the min-max spread",
 }

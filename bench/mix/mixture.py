@@ -16,7 +16,7 @@ import numpy as np
 
 from bench.mix.data import Source
 from bench.mix.peers import simulated_rank
-from bench.mix.speed import Timing, timed
+from bench.mix.speed import Timing, endless, timed
 from bench.mix.trace import Shape, Trace, by_epoch, collect
 from loaders import Mixture, ShardedDataset, make_loader
 
@@ -67,14 +67,15 @@ def trace(sources: Sequence[Source], shape: Shape, *, per_batch: bool) -> Trace:
     return by_epoch(ranks)
 
 
-def timed_epoch(
-    sources: Sequence[Source], *, batch_size: int, num_workers: int, warmup: int, seed: int
-) -> Timing:
-    """The mixture's first epoch on one rank, timed after ``warmup`` batches; its source sequence kept."""
+def timed_epochs(
+    sources: Sequence[Source], *, batch_size: int, num_workers: int, warmup: int, seed: int, epochs: int = 2
+) -> list[Timing]:
+    """The mixture's first ``epochs`` epochs on one rank, each timed on its own (the first after ``warmup``
+    batches); the first epoch's source sequence kept."""
     mix = build(sources, rank=0, world_size=1, seed=seed, per_batch=False)
-    mix.set_epoch(0)
     loader = make_loader(mix, batch_size=batch_size, num_workers=num_workers)
-    found = timed(_Reindexed(loader, mix.names, [s.spec.name for s in sources]), warmup)
+    reindexed = _Reindexed(loader, mix.names, [s.spec.name for s in sources])
+    found = timed(endless(reindexed, mix.set_epoch), warmup, [mix.epoch_size(e) for e in range(epochs)])
     del loader, mix
     gc.collect()
     return found

@@ -49,31 +49,30 @@ def composition(
 def speed(
     full: Sequence[Source], s: contenders.Settings, repeats: int, warmup: int
 ) -> tuple[dict[str, list[float]], dict[str, Any], list[int]]:
-    """(samples/s per round of ``mixture`` and ``alone``, their raw timings, the mixture's first source
-    sequence). The sources alone read the counts the mixture's epoch holds (largest remainder)."""
+    """(samples/s per round of ``mixture`` and ``alone`` in a fresh loader's first epoch, and of
+    ``mixture_next`` and ``alone_next`` in the same loaders' next; their raw timings; the mixture's first
+    source sequence). The sources alone read the counts the mixture's epoch holds (largest remainder)."""
     counts = metrics.largest_remainder(weights([f.spec for f in full]), sum(f.spec.num_samples for f in full))
     first: list[list[int]] = []
 
-    def mix() -> Timing:
-        timing = mixture.timed_epoch(
+    def mix() -> list[Timing]:
+        timings = mixture.timed_epochs(
             full, batch_size=s.batch_size, num_workers=s.num_workers, warmup=warmup, seed=s.seed
         )
         if not first:
-            first.append(timing.sources)
-        return timing
+            first.append(timings[0].sources)
+        return timings
 
-    def alone() -> Timing:
+    def alone() -> list[Timing]:
         return sources_alone(
             full, counts, batch_size=s.batch_size, num_workers=s.num_workers, warmup=warmup, seed=s.seed
         )
 
     rounds = rotated_rounds(repeats, {"mixture": mix, "alone": alone})
-    per_s = {name: [t.samples_per_s for t in runs] for name, runs in rounds.items()}
-    raw = {
-        "alone_counts": counts,
-        **{
-            name: [{"samples": t.samples, "seconds": t.seconds} for t in runs]
-            for name, runs in rounds.items()
-        },
-    }
+    per_s: dict[str, list[float]] = {}
+    raw: dict[str, Any] = {"alone_counts": counts}
+    for name, runs in rounds.items():
+        for suffix, k in (("", 0), ("_next", 1)):
+            per_s[name + suffix] = [timings[k].samples_per_s for timings in runs]
+            raw[name + suffix] = [{"samples": t[k].samples, "seconds": t[k].seconds} for t in runs]
     return per_s, raw, first[0] if first else []

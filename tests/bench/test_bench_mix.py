@@ -165,6 +165,7 @@ RESULTS = [
 
 def test_targets_judge_every_world_and_show_their_values(tmp_path: Path) -> None:
     speed = {"mixture": [95.0, 80.0, 100.0], "alone": [100.0, 100.0, 100.0]}
+    speed |= {"mixture_next": [90.0, 85.0, 88.0], "alone_next": [100.0, 100.0, 100.0]}
     found = {t["target"]: t for t in report.targets(RESULTS, speed, twins=True)}
     window = found[
         "shardpipe Mixture: composition error per shuffle window <= 1 sample per source, at every world size"
@@ -174,11 +175,14 @@ def test_targets_judge_every_world_and_show_their_values(tmp_path: Path) -> None
     assert found[per_batch + ", at every world size"]["met"]
     repeats = [t for t in found.values() if "repeats" in t["target"]]
     assert [(t["value"], t["met"]) for t in repeats] == [(0, True), (1, False)]
-    speed_target = next(t for t in found.values() if "samples/s" in t["target"])
-    assert speed_target["value"] == pytest.approx(0.95) and speed_target["met"]
-    assert "rounds 80-100 vs 100-100 samples/s" in speed_target["spread"]
+    first, after = (t for t in found.values() if "samples/s" in t["target"])
+    assert "first epoch" in first["target"] and "next epoch" in after["target"]
+    assert first["value"] == pytest.approx(0.95) and first["met"]
+    assert "rounds 80-100 vs 100-100 samples/s" in first["spread"]
+    assert after["value"] == pytest.approx(0.88) and not after["met"]  # each pass judged on its own
+    assert report._speed_rows(speed)[1] == ["1", "95", "100", "0.950", "90", "100", "0.900"]
     lines = report.target_lines(list(found.values()))
-    assert sum(line.startswith("NOT MET") for line in lines) == 2 and len(lines) == 9
+    assert sum(line.startswith("NOT MET") for line in lines) == 3 and len(lines) == 10
     assert "per batch: composition" not in " ".join(lines)  # only the targets the issue sets
     assert report.targets(RESULTS[3:], {}, None) == []  # no shardpipe run, no speed, no twins: nothing judged
     assert "weighted draw (numpy)  " in report.table(RESULTS)
@@ -186,18 +190,21 @@ def test_targets_judge_every_world_and_show_their_values(tmp_path: Path) -> None
     assert (tmp_path / "mix.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_timing_starts_at_the_warmup_batch_and_rounds_rotate() -> None:
+def test_timing_starts_at_the_warmup_batch_passes_follow_and_rounds_rotate() -> None:
     batches = [{"__key__": ["k"] * 4, "__source__": [0, 1, 0, 2]} for _ in range(3)]
-    found = timed(batches, warmup=2)
-    assert (found.received, found.samples, found.sources[:4]) == (12, 4, [0, 1, 0, 2])
-    assert timed(endless(batches, lambda epoch: None), warmup=1, stop_after=30).received == 32  # cycled
+    (found,) = timed(batches, warmup=2, passes=[100])  # the batches end first: a pass cut short
+    assert (found.received, found.samples, found.sources) == (12, 4, [0, 1, 0, 2] * 3)
+    first, second = timed(endless(batches, lambda epoch: None), warmup=1, passes=[30, 30])  # cycled
+    assert (first.received, first.samples, len(first.sources)) == (32, 28, 32)
+    assert (second.received, second.samples, second.sources) == (28, 28, [])  # clocked from the first's end
+    assert first.seconds > 0 and second.seconds > 0
     with pytest.raises(ValueError, match="warmup must be >= 1"):
-        timed(batches, warmup=0)
+        timed(batches, warmup=0, passes=[4])
     ran: list[str] = []
 
-    def one(name: str) -> Timing:
+    def one(name: str) -> list[Timing]:
         ran.append(name)
-        return Timing(1, 1.0, 1)
+        return [Timing(1, 1.0, 1)]
 
     rounds = rotated_rounds(3, {"a": lambda: one("a"), "b": lambda: one("b")})
     assert ran == ["a", "b", "b", "a", "a", "b"] and [len(r) for r in rounds.values()] == [3, 3]
@@ -232,9 +239,11 @@ def test_random_mix_reads_every_source_seeded_per_rank(twins: tuple[data.Source,
 
 @pytest.mark.integration
 def test_sources_alone_read_each_source_for_its_count(twins: tuple[data.Source, ...]) -> None:
-    timing = sources_alone(twins, [40, 70, 20], batch_size=8, num_workers=2, warmup=1, seed=0)
-    assert timing.received == 40 + 72 + 24  # whole batches, 70 needs epochs of 32 cycled
-    assert timing.samples == timing.received - 3 * 8 and timing.seconds > 0
+    first, second = sources_alone(twins, [40, 70, 20], batch_size=8, num_workers=2, warmup=1, seed=0)
+    assert first.received == 40 + 72 + 24  # whole batches, 70 needs epochs of 32 cycled
+    assert first.samples == first.received - 3 * 8 and first.seconds > 0
+    # Passes end where the samples read reach 2x the count: 80, 144 and 40 (the first pass's extra 4 of 20).
+    assert second.received == second.samples == 40 + 72 + 16 and second.seconds > 0
 
 
 @pytest.mark.bench
