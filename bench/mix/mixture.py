@@ -16,7 +16,7 @@ import numpy as np
 
 from bench.mix.data import Source
 from bench.mix.peers import simulated_rank
-from bench.mix.speed import Timing, endless, timed
+from bench.mix.speed import PASSES, Timing, endless, timed
 from bench.mix.trace import Shape, Trace, by_epoch, collect
 from loaders import Mixture, ShardedDataset, make_loader
 
@@ -68,7 +68,13 @@ def trace(sources: Sequence[Source], shape: Shape, *, per_batch: bool) -> Trace:
 
 
 def timed_epochs(
-    sources: Sequence[Source], *, batch_size: int, num_workers: int, warmup: int, seed: int, epochs: int = 2
+    sources: Sequence[Source],
+    *,
+    batch_size: int,
+    num_workers: int,
+    warmup: int,
+    seed: int,
+    epochs: int = len(PASSES),
 ) -> list[Timing]:
     """The mixture's first ``epochs`` epochs on one rank, each timed on its own (the first after ``warmup``
     batches); the first epoch's source sequence kept."""

@@ -11,6 +11,7 @@ from typing import Any
 from bench.common.report import measured_on
 from bench.common.tables import aligned, markdown_table
 from bench.mix.metrics import KINDS
+from bench.mix.speed import PASSES
 
 LABELS = {
     "shardpipe": "shardpipe Mixture",
@@ -28,9 +29,6 @@ COMPOSITION_TARGETS = (
 REPEAT_CONTENDERS = ("shardpipe", "shardpipe-per-batch")
 """Contenders that must repeat no sample of a source before covering it."""
 SPEED_TARGET = 0.9  # mixture samples/s over the sources read alone, median of the rounds' ratios
-SPEED_PASSES = (("", "first epoch"), ("_next", "next epoch"))
-"""The passes each loader is timed for (``speed`` keys ``mixture`` + suffix): a fresh loader's first epoch,
-then its next."""
 SPEED_COLUMNS = ("mixture samples/s", "sources alone", "ratio")
 
 
@@ -71,7 +69,7 @@ def targets(
                     "met": max(counts) == 0,
                 }
             )
-    for suffix, when in SPEED_PASSES:
+    for suffix, when in PASSES:
         mixed, alone = speed.get("mixture" + suffix), speed.get("alone" + suffix)
         if not (mixed and alone):
             continue
@@ -132,7 +130,7 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def _speed_rows(speed: dict[str, list[float]]) -> list[list[str]]:
-    passes = [(suffix, when) for suffix, when in SPEED_PASSES if "mixture" + suffix in speed]
+    passes = [(suffix, when) for suffix, when in PASSES if "mixture" + suffix in speed]
     rows = [["round"] + [f"{label}, {when}" for _, when in passes for label in SPEED_COLUMNS]]
     for i in range(len(speed.get("mixture", []))):
         row = [str(i + 1)]
@@ -195,7 +193,7 @@ def chart(path: Path, results: list[dict[str, Any]], speed: dict[str, list[float
     left.set_ylabel("largest |count - weight x n| (samples)")
     left.set_title("composition error, worst over epochs and world sizes", fontsize=10)
     left.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.1))
-    for suffix, when in SPEED_PASSES:
+    for suffix, when in PASSES:
         for name, color in (("mixture", "tab:blue"), ("alone", "tab:orange")):
             runs = speed.get(name + suffix, [])
             label = f"{'mixture' if name == 'mixture' else 'sources alone'}, {when}"

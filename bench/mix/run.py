@@ -10,7 +10,7 @@ from typing import Any
 
 from bench.mix import contenders, metrics, mixture
 from bench.mix.data import Source, weights
-from bench.mix.speed import Timing, rotated_rounds, sources_alone
+from bench.mix.speed import PASSES, Timing, rotated_rounds, sources_alone
 
 
 def composition(
@@ -72,7 +72,7 @@ def speed(
     per_s: dict[str, list[float]] = {}
     raw: dict[str, Any] = {"alone_counts": counts}
     for name, runs in rounds.items():
-        for suffix, k in (("", 0), ("_next", 1)):
+        for k, (suffix, _) in enumerate(PASSES):
             per_s[name + suffix] = [timings[k].samples_per_s for timings in runs]
             raw[name + suffix] = [{"samples": t[k].samples, "seconds": t[k].seconds} for t in runs]
     return per_s, raw, first[0] if first else []

@@ -23,6 +23,10 @@ import numpy as np
 from bench.mix.data import Source
 from loaders import ShardedDataset, make_loader
 
+PASSES = (("", "first epoch"), ("_next", "next epoch"))
+"""The passes each loader is timed for, in order: a key suffix for results (``mixture`` + suffix) and what
+the pass is (a fresh loader's first epoch, then its next)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Timing:
@@ -86,7 +90,7 @@ def sources_alone(
     num_workers: int,
     warmup: int,
     seed: int,
-    passes: int = 2,
+    passes: int = len(PASSES),
 ) -> list[Timing]:
     """Each source read on its own for ``passes`` passes of ``counts[i]`` samples, one source after
     another: per pass, the sum of their timings."""
