@@ -61,12 +61,13 @@ class ShardedLoader(DataLoader[Any]):
         self._chosen_prefetch = workers > 0 and kwargs.get("prefetch_factor") is None
         if workers > 0:
             batch_bytes = expected_batch_bytes(dataset, batch_size)
+            window = dataset.plan_config(workers).shuffle_buffer
             if dataset.batched:  # several small batches a message (loaders.transfer.chunks)
-                per_message = batches_per_chunk(batch_size, batch_bytes)
+                per_message = batches_per_chunk(batch_size, batch_bytes, window)
             if self._chosen_prefetch:  # ready: what a worker hands over at once, a window or a message
                 at_once = per_message
                 if dataset.hands_over_whole_windows:
-                    at_once = max(at_once, -(-dataset.plan_config(workers).shuffle_buffer // batch_size))
+                    at_once = max(at_once, -(-window // batch_size))
                 kwargs["prefetch_factor"] = prefetch_for(at_once, per_message, batch_bytes * per_message)
         if dataset.batched:  # the workers build whole batches: the DataLoader only forwards them
             kwargs["collate_fn"] = _forward

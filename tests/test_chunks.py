@@ -103,3 +103,17 @@ def test_batches_per_chunk_aims_at_a_sample_count_within_a_byte_cap() -> None:
     assert batches_per_chunk(64, MAX_CHUNK_BYTES * 3) == 1  # one batch is already more
     assert batches_per_chunk(CHUNK_SAMPLES * 2, 100.0) == 1  # batches above the sample count
     assert batches_per_chunk(4, 0.0) == CHUNK_SAMPLES // 4
+
+
+def test_batches_per_chunk_divides_a_window_of_whole_batches() -> None:
+    """A message that spans two windows is copied together in the worker: where a window holds a whole
+    number of batches, a message holds a number that divides it."""
+    window = CHUNK_SAMPLES  # 16 batches of 64
+    assert batches_per_chunk(64, MAX_CHUNK_BYTES / 10, window) == 8  # 9 fit; 8 divides 16
+    assert batches_per_chunk(64, MAX_CHUNK_BYTES / 5.5, window) == 4  # 5 fit
+    assert batches_per_chunk(64, MAX_CHUNK_BYTES / 3.5, window) == 2  # 3 fit
+    assert batches_per_chunk(64, 64 * 1024, window) == 16  # the sample count already divides it
+    assert batches_per_chunk(64, 64 * 1024, 512) == 8  # a window smaller than a message's sample count
+    assert batches_per_chunk(64, 1024.0, 64) == 1  # a window per batch (a per-batch mixture)
+    assert batches_per_chunk(64, MAX_CHUNK_BYTES / 10, 1000) == 9  # batches straddle windows anyway
+    assert batches_per_chunk(64, MAX_CHUNK_BYTES * 3, window) == 1

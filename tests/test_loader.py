@@ -13,8 +13,8 @@ import torch
 from loaders import ShardedDataset, ShardedLoader, make_loader
 from loaders.batches import RaggedBytes, collate_samples
 from loaders.decoding import column_decoder
-from loaders.loader import RESULT_PIPE_BYTES, enlarge_result_pipe
-from loaders.transfer.chunks import PREFETCH
+from loaders.loader import RESULT_PIPE_BYTES, enlarge_result_pipe, expected_batch_bytes
+from loaders.transfer.chunks import PREFETCH, batches_per_chunk
 from tests.datagen import pack_dataset
 from tests.test_dataset import damage
 
@@ -125,12 +125,21 @@ def test_default_prefetch_holds_a_window_of_each_workers_messages(
 ) -> None:
     """A worker hands a window over message by message: by default it keeps all of them ready, and one
     more, so it can read its next window at once (``loaders.transfer.chunks.prefetch_for``)."""
-    monkeypatch.setattr("loaders.loader.batches_per_chunk", lambda batch_size, expected: 2)
+    monkeypatch.setattr("loaders.loader.batches_per_chunk", lambda *_: 2)
     dataset = ShardedDataset(packed["tar"], shuffle_buffer=60)
     assert make_loader(dataset, 5, 2).prefetch_factor == 60 // (5 * 2) + 1
     assert make_loader(dataset, 5, 2, prefetch_factor=3).prefetch_factor == 3  # the user's choice
     assert make_loader(dataset, 5, 0).prefetch_factor is None  # no workers, no prefetch
     assert make_loader(dataset, 5, 2, collate_fn=collate_samples).prefetch_factor == 60 // 5 + 1
+
+
+def test_a_message_never_spans_two_windows_by_default(packed: dict[str, Path]) -> None:
+    """Windows of 12 batches: messages of a number of batches that divides 12 (one spanning two windows
+    would be copied together in the worker)."""
+    dataset = ShardedDataset(packed["tar"], shuffle_buffer=60)
+    assert 12 % make_loader(dataset, 5, 2).sharded.options.chunk_batches == 0
+    odd = make_loader(ShardedDataset(packed["tar"], shuffle_buffer=7 * 8), 5, 2)  # not whole batches
+    assert odd.sharded.options.chunk_batches == batches_per_chunk(5, expected_batch_bytes(odd.sharded, 5))
 
 
 def test_large_samples_on_the_batch_path_keep_one_message_ahead(tmp_path: Path) -> None:
@@ -154,7 +163,7 @@ def as_lists(batch: dict[str, Any]) -> dict[str, Any]:
 def per_chunk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int | None:
     """Batches per worker message (``loaders.transfer.chunks``): the default rule, or forced."""
     if request.param is not None:
-        monkeypatch.setattr("loaders.loader.batches_per_chunk", lambda batch_size, expected: request.param)
+        monkeypatch.setattr("loaders.loader.batches_per_chunk", lambda *_: request.param)
     return request.param  # type: ignore[no-any-return]
 
 

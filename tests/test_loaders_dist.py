@@ -29,7 +29,7 @@ def read_epochs(rank: int, world_size: int, paths: dict[str, str], per_chunk: in
     from loaders.distributed.sync import validate_dataloader_sync
 
     if per_chunk is not None:  # batches per worker message, forced (loaders.transfer.chunks)
-        loaders.loader.batches_per_chunk = lambda batch_size, expected: per_chunk  # type: ignore[assignment]
+        loaders.loader.batches_per_chunk = lambda *_: per_chunk  # type: ignore[assignment]
 
     out: dict[str, Any] = {}
     for name, path in paths.items():

@@ -235,7 +235,7 @@ def messages(loader: ShardedLoader) -> int:
 
 @pytest.fixture
 def one_batch_per_message(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("loaders.loader.batches_per_chunk", lambda batch_size, expected: 1)
+    monkeypatch.setattr("loaders.loader.batches_per_chunk", lambda *_: 1)
 
 
 @pytest.mark.timeout(240)

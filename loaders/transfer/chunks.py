@@ -28,7 +28,7 @@ from loaders.transfer.collate import Batch, RaggedBytes
 CHUNK_SAMPLES = 1024
 """A worker sends about this many samples per message when its batches are smaller: a default window
 (docs/design-record.md, "Several batches per message")."""
-MAX_CHUNK_BYTES = 4 << 20  # and no more bytes than this, as the manifest predicts them
+MAX_CHUNK_BYTES = 8 << 20  # and no more bytes than this, as the manifest predicts them
 
 
 PREFETCH = 4
@@ -45,11 +45,17 @@ class Chunk(NamedTuple):
     last: bool
 
 
-def batches_per_chunk(batch_size: int, expected_batch_bytes: float) -> int:
+def batches_per_chunk(batch_size: int, expected_batch_bytes: float, window_samples: int = 0) -> int:
     """How many batches one worker message carries: about ``CHUNK_SAMPLES`` samples, at most
-    ``MAX_CHUNK_BYTES``, at least one batch."""
+    ``MAX_CHUNK_BYTES``, at least one batch; where a window (``window_samples``, the shuffle buffer) holds
+    a whole number of batches, a number that divides it, so that no message spans two windows: the worker
+    copies such a message's two parts together (``loaders.reading.columns.batches``)."""
     by_bytes = int(MAX_CHUNK_BYTES // expected_batch_bytes) if expected_batch_bytes > 0 else CHUNK_SAMPLES
-    return max(1, min(CHUNK_SAMPLES // batch_size, by_bytes))
+    most = max(1, min(CHUNK_SAMPLES // batch_size, by_bytes))
+    if window_samples <= 0 or window_samples % batch_size:
+        return most
+    per_window = window_samples // batch_size
+    return max(n for n in range(1, min(most, per_window) + 1) if per_window % n == 0)
 
 
 def prefetch_for(batches_at_once: int, batches_per_message: int, message_bytes: float) -> int:
