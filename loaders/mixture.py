@@ -310,18 +310,20 @@ class Mixture(ShardedDataset):
         for source, runs in grouped:
             count = sum(run.stop - run.start for run in runs)
             mine = (order >= first) & (order < first + count)
+            first += count
+            if not mine.any():
+                continue  # a resumed window's rest may hold none of a source: nothing to locate
             d = self.datasets[source]
             parts.append(
                 SourcePart(
                     source,
                     d._readers,
                     runs,
-                    order[mine] - first,
+                    order[mine] - (first - count),
                     np.flatnonzero(mine),
                     self.shard_offsets[source],
                 )
             )
-            first += count
         try:
             return land_window(parts, self.fields, len(order))
         except DataError:

@@ -88,6 +88,26 @@ def test_per_batch_gives_every_batch_its_share(paths: dict[str, Path]) -> None:
             assert counts == {0: 7, 1: 3}
 
 
+def test_a_resume_lands_the_rest_of_a_window_that_holds_none_of_a_source(paths: dict[str, Path]) -> None:
+    """Resumed after every batch, with windows of 8 samples: where the rest of a window holds nothing of
+    the LMDB source, that source has nothing to land (it once failed to locate zero records), and every
+    resumed pass yields exactly what the uninterrupted one yields after that point."""
+
+    def small_windows() -> Mixture:
+        sources = {name: ShardedDataset(path, shuffle_buffer=8, block_size=1) for name, path in paths.items()}
+        return Mixture(sources, weights={"a": 0.7, "b": 0.3}, samples_per_epoch=40, seed=4)
+
+    whole = samples(make_loader(small_windows(), batch_size=2, num_workers=0))
+    for consumed in range(1, len(whole) // 2):
+        loader = make_loader(small_windows(), batch_size=2, num_workers=0)
+        batches = iter(loader)
+        for _ in range(consumed):
+            next(batches)
+        resumed = make_loader(small_windows(), batch_size=2, num_workers=0)
+        resumed.load_state_dict(loader.state_dict())
+        assert samples(resumed) == whole[2 * consumed :]
+
+
 def test_resume_on_another_world_and_worker_count(paths: dict[str, Path]) -> None:
     loader = make_loader(mixture(paths), batch_size=BATCH, num_workers=2, persistent_workers=False)
     loader.set_epoch(3)
