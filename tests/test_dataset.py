@@ -158,7 +158,13 @@ def test_warns_once_when_a_sorted_labelled_pack_is_read_with_coarse_windows(
         ShardedDataset(sorted_pack, rank=0, world_size=1, block_size=256)
         ShardedDataset(sorted_pack, rank=0, world_size=1, block_size=256)
         assert caplog.text.count("batches will hold few classes") == 1
-        assert "block_size <= 16" in caplog.text and "--order hashed" in caplog.text
+        assert (
+            "block_size <= 16 or shuffle_buffer >= 16384" in caplog.text and "--order hashed" in caplog.text
+        )
+        caplog.clear()
+        again = pack_dataset(tmp_path / "again", "tar", 20)
+        ShardedDataset(again, rank=0, world_size=1, block_size=1, shuffle_buffer=16)  # no smaller block helps
+        assert "Use shuffle_buffer >= 64, or repack" in caplog.text and "block_size <=" not in caplog.text
         caplog.clear()
         hashed = pack_dataset(tmp_path / "hashed", "tar", 20, order="hashed")
         ShardedDataset(hashed, rank=0, world_size=1, block_size=256)

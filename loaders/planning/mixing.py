@@ -37,14 +37,17 @@ def warn_if_poorly_mixed(manifest: Manifest, options: Any, where: object) -> Non
     if manifest.fingerprint() in _warned_mixing:
         return
     _warned_mixing.add(manifest.fingerprint())
+    fixes = [f"shuffle_buffer >= {MIN_BLOCKS_PER_WINDOW * options.block_size}"]
+    if options.block_size > max(options.shuffle_buffer // MIN_BLOCKS_PER_WINDOW, 1):  # a smaller one helps
+        fixes.insert(0, f"block_size <= {max(options.shuffle_buffer // MIN_BLOCKS_PER_WINDOW, 1)}")
     log.warning(
         "%s is packed in key order (labelled, %d classes) and each shuffle window holds only %d blocks "
-        "(shuffle_buffer=%d / block_size=%d): batches will hold few classes. Use block_size <= %d or a "
-        "larger shuffle_buffer, or repack with `shardpipe pack --order hashed`",
+        "(shuffle_buffer=%d / block_size=%d): batches will hold few classes. Use %s, or repack with "
+        "`shardpipe pack --order hashed`",
         where,
         len(manifest.classes),
         blocks,
         options.shuffle_buffer,
         options.block_size,
-        max(options.shuffle_buffer // MIN_BLOCKS_PER_WINDOW, 1),
+        " or ".join(fixes),
     )
