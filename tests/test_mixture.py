@@ -295,6 +295,26 @@ def test_a_damaged_source_names_itself_or_its_samples_become_flagged_pads(tmp_pa
     assert pads and set(pads) == {0} and mix.num_errors == len(pads)
 
 
+def test_an_unreadable_sample_alone_in_its_sources_part_of_a_window_becomes_a_pad(tmp_path: Path) -> None:
+    """Under ``on_error="skip"`` a small source's part of a window may be one sample; when that one cannot
+    be read, its slot is filled from another source's readable sample and flagged, as a lone source's bad
+    samples are: equal steps, nothing raised."""
+    broken = pack_dataset(tmp_path / "c", "tfrecord", 9, max_samples=5)
+    damage(broken, "tfrecord")
+    paths = {"a": pack_dataset(tmp_path / "a", "tar", 23, max_samples=5), "c": broken}
+    sources = {
+        n: ShardedDataset(p, shuffle_buffer=4, block_size=1, on_error="skip") for n, p in paths.items()
+    }
+    mix = Mixture(sources, weights={"a": 0.8, "c": 0.2}, samples_per_epoch=30, seed=3)
+    loader = make_loader(mix, batch_size=2, num_workers=0)
+    got = []
+    for epoch in range(3):  # 18 draws of c's 9 samples: the damaged one is drawn
+        loader.set_epoch(epoch)
+        got += samples(loader)
+    assert len(got) == 90 and mix.num_errors > 0
+    assert sum(pad for _, _, pad in got) == mix.num_errors
+
+
 def test_the_transport_is_sized_by_the_mixture_proportions(paths: dict[str, Path]) -> None:
     """A batch holds each source at its weight, not at its share of the files: the ring's slots are sized
     from the counts (a mixture that took the files' mean sent every batch of a heavy source inline)."""

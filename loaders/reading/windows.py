@@ -30,6 +30,11 @@ log = logging.getLogger("loaders")
 OnError = Literal["raise", "skip"]
 
 
+class UnreadableWindowError(DataError):
+    """Under ``on_error="skip"``, every sample of a read window is unreadable: none is left to copy into
+    their slots."""
+
+
 @dataclass(frozen=True, slots=True)
 class WindowReader:
     """Reads windows of one split through one process's open shard readers; ``shard_paths[i]`` names shard
@@ -196,7 +201,9 @@ def _replace_errors(columns: Columns, bad: list[int], paths: list[str]) -> None:
     good = next((i for i in range(len(columns)) if i not in unreadable), None)
     if good is None:
         names = ", ".join(sorted(set(paths)))
-        raise DataError(f"every sample of a read window in {names} is unreadable; run `shardpipe verify`")
+        raise UnreadableWindowError(
+            f"every sample of a read window in {names} is unreadable; run `shardpipe verify`"
+        )
     for i in bad:
         columns.keys[i] = columns.keys[good]
         columns.pads[i] = True
