@@ -40,7 +40,7 @@ from loaders.reading.columns import Columns
 from loaders.reading.mixed import by_source, read_order
 from loaders.reading.mixed_landing import SourcePart, land_window
 from loaders.reading.readers import ShardReaders
-from loaders.reading.windows import OnError, UnreadableWindowError, WindowReader
+from loaders.reading.windows import OnError, WindowReader
 from shardpipe.errors import DataError
 
 
@@ -334,38 +334,16 @@ class Mixture(ShardedDataset):
     def _read_window(
         self, grouped: list[tuple[int, list[Run]]], readers: Sequence[WindowReader]
     ) -> list[Columns]:
-        """Each source's samples of the window, each source read in one call. Under ``on_error="skip"`` a
-        source whose part of the window cannot be read at all (a small source's part may be one sample)
-        gets copies of another source's readable sample, flagged as pads, as a lone source's bad samples
-        get copies of a good one of their window."""
-        pieces: list[Columns | None] = []
-        failures: list[str] = []
+        """Each source's samples of the window, each source read in one call."""
+        pieces = []
         for source, real in grouped:
             size = sum(run.stop - run.start for run in real)
-            try:
-                columns = readers[source].read_window(Window(real, None), np.arange(size))
-            except UnreadableWindowError as exc:  # only under "skip": "raise" stops at the first bad one
-                failures.append(str(exc))
-                pieces.append(None)
-                continue
+            columns = readers[source].read_window(Window(real, None), np.arange(size))
             offset = self.shard_offsets[source]
             columns.shards = [offset + shard for shard in columns.shards] if columns.shards else []
             columns.sources = [source] * len(columns)
             pieces.append(columns)
-        donor = next((piece for piece in pieces if piece is not None), None)
-        if donor is None:
-            raise DataError("; ".join(failures))
-        return [
-            piece if piece is not None else _flagged_copies(donor, source, real)
-            for (source, real), piece in zip(grouped, pieces, strict=True)
-        ]
-
-
-def _flagged_copies(donor: Columns, source: int, runs: Sequence[Run]) -> Columns:
-    """Copies of ``donor``'s first sample for each sample of ``runs``, flagged as pads of ``source``."""
-    copies = donor.take([0] * sum(run.stop - run.start for run in runs))
-    copies.pads, copies.sources = [True] * len(copies), [source] * len(copies)
-    return copies
+        return pieces
 
 
 @lru_cache(maxsize=8)

@@ -148,6 +148,20 @@ def test_corrupt_shard_names_itself_or_is_skipped(tmp_path: Path, fmt: str) -> N
     assert len({s["__key__"] for s in samples if not s["__pad__"]}) == 20 - skipping.num_errors
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_window_with_no_readable_sample_takes_the_first_readable_one(tmp_path: Path, fmt: str) -> None:
+    """Skipping with windows of one sample, every bad sample is a window with nothing readable to copy:
+    its slot takes the dataset's first readable sample, flagged, and steps stay equal."""
+    out = pack_dataset(tmp_path, fmt, 20, max_samples=10)
+    damage(out, fmt)
+    skipping = ShardedDataset(out, rank=0, world_size=1, shuffle=False, shuffle_buffer=1, on_error="skip")
+    samples = list(skipping)
+    assert len(samples) == 20 and skipping.num_errors == (10 if fmt == "lmdb" else 1)
+    pads = [s for s in samples if s["__pad__"]]
+    first = next(iter(ShardedDataset(out, rank=0, world_size=1, shuffle=False, shuffle_buffer=1)))
+    assert len(pads) == skipping.num_errors and {s["__key__"] for s in pads} == {first["__key__"]}
+
+
 def test_warns_once_when_a_sorted_labelled_pack_is_read_with_coarse_windows(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

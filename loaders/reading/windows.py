@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -30,11 +30,6 @@ log = logging.getLogger("loaders")
 OnError = Literal["raise", "skip"]
 
 
-class UnreadableWindowError(DataError):
-    """Under ``on_error="skip"``, every sample of a read window is unreadable: none is left to copy into
-    their slots."""
-
-
 @dataclass(frozen=True, slots=True)
 class WindowReader:
     """Reads windows of one split through one process's open shard readers; ``shard_paths[i]`` names shard
@@ -49,6 +44,8 @@ class WindowReader:
     """The batch size of the batch path: windows of large samples are read in pieces that end with batches."""
     scattered: bool = False
     """Windows of a few samples here and there (random access): landed whatever their size."""
+    _stand_in: list[Columns] = field(default_factory=list, init=False, repr=False, compare=False)
+    """The dataset's first readable sample, once a window without one needed it (:meth:`stand_in`)."""
 
     def read(self, windows: Sequence[Window], skip: int) -> Iterator[Columns]:
         """Each window's columns in yield order, the first ``skip`` samples (consumed before a resume) left
@@ -123,8 +120,47 @@ class WindowReader:
             first = last
         columns = Columns.concat(self.fields, pieces)
         if bad:
-            _replace_errors(columns, bad, [self.shard_paths[run.shard_index] for run in runs])
+            columns = self._replace_errors(columns, bad, runs)
         return columns.take(order.tolist())
+
+    def _replace_errors(self, columns: Columns, bad: list[int], runs: Sequence[Run]) -> Columns:
+        """Each unreadable slot filled with a copy of a readable sample of the window, flagged as a pad;
+        where the window has none (a small window, or a mixture's small part of one, inside a damaged
+        stretch), with copies of :meth:`stand_in`, so that steps stay equal."""
+        unreadable = set(bad)
+        good = next((i for i in range(len(columns)) if i not in unreadable), None)
+        if good is None:
+            stand_in = self.stand_in()
+            if stand_in is None:
+                names = ", ".join(sorted({self.shard_paths[run.shard_index] for run in runs}))
+                raise DataError(
+                    f"every sample of a read window in {names} is unreadable, and so is the first sample "
+                    "of every shard; run `shardpipe verify`"
+                )
+            filled = stand_in.take([0] * len(columns))
+            filled.pads, filled.shards = [True] * len(columns), columns.shards
+            return filled
+        for i in bad:
+            columns.keys[i] = columns.keys[good]
+            columns.pads[i] = True
+        order = np.arange(len(columns))
+        order[bad] = good
+        for name in columns.names:
+            columns.fields[name] = bytecolumn.take(columns.fields[name], order)
+        return columns
+
+    def stand_in(self) -> Columns | None:
+        """The first sample of the first shard that reads it (``None`` if none does): what fills a window
+        none of whose samples can be read, the same whatever this reader read before, so a resumed run
+        fills it alike."""
+        if not self._stand_in:
+            for shard_index in range(len(self.shard_paths)):
+                try:
+                    self._stand_in.append(self._read_group([Run(shard_index, 0, 1, False)]))
+                    break
+                except DataError:
+                    continue
+        return self._stand_in[0] if self._stand_in else None
 
     def _locate(self, window: Window) -> Landing | None:
         """Where the window's samples lie, to be landed (``ShardReaders.locate``); ``None`` under
@@ -193,21 +229,3 @@ class WindowReader:
                 names = self.fields
                 pieces.append(Columns(names, [""], {name: [b""] for name in names}, [True], [shard_index]))
                 start = failed + 1
-
-
-def _replace_errors(columns: Columns, bad: list[int], paths: list[str]) -> None:
-    """Fill each unreadable slot with a copy of a readable sample of the window, flagged as a pad."""
-    unreadable = set(bad)
-    good = next((i for i in range(len(columns)) if i not in unreadable), None)
-    if good is None:
-        names = ", ".join(sorted(set(paths)))
-        raise UnreadableWindowError(
-            f"every sample of a read window in {names} is unreadable; run `shardpipe verify`"
-        )
-    for i in bad:
-        columns.keys[i] = columns.keys[good]
-        columns.pads[i] = True
-    order = np.arange(len(columns))
-    order[bad] = good
-    for name in columns.names:
-        columns.fields[name] = bytecolumn.take(columns.fields[name], order)
