@@ -152,6 +152,8 @@ def test_a_damaged_sample_names_its_shard_or_is_replaced_and_flagged(tmp_path: P
     got = skipping.__getitems__([13, 2])
     assert got[0]["__pad__"] and not got[1]["__pad__"]
     assert got[0]["__key__"] == got[1]["__key__"]  # the unreadable slot holds a readable sample's copy
+    alone = skipping[13]  # nothing readable beside it: the dataset's first readable sample stands in
+    assert alone["__pad__"] and alone["__key__"] == ShardedMapDataset(out)[0]["__key__"]
 
 
 def test_remote_gets_cost_one_ranged_request_and_the_index_once(
