@@ -38,8 +38,9 @@ def warn_if_poorly_mixed(manifest: Manifest, options: Any, where: object) -> Non
         return
     _warned_mixing.add(manifest.fingerprint())
     fixes = [f"shuffle_buffer >= {MIN_BLOCKS_PER_WINDOW * options.block_size}"]
-    if options.block_size > max(options.shuffle_buffer // MIN_BLOCKS_PER_WINDOW, 1):  # a smaller one helps
-        fixes.insert(0, f"block_size <= {max(options.shuffle_buffer // MIN_BLOCKS_PER_WINDOW, 1)}")
+    largest_block = max(options.shuffle_buffer // MIN_BLOCKS_PER_WINDOW, 1)
+    if options.block_size > largest_block:  # only then does a smaller block help
+        fixes.insert(0, f"block_size <= {largest_block}")
     log.warning(
         "%s is packed in key order (labelled, %d classes) and each shuffle window holds only %d blocks "
         "(shuffle_buffer=%d / block_size=%d): batches will hold few classes. Use %s, or repack with "
