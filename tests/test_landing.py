@@ -191,6 +191,25 @@ def test_record_spans_agree_with_decode_and_refuse_a_record_that_differs() -> No
     assert framing.record_spans([views[0], memoryview(short)], ["a"], version=2, check=True) is None
 
 
+def test_of_the_smallest_idle_buffers_that_fit_the_one_taken_last_is_reused() -> None:
+    """A window's pieces differ a little in size: they share buffers made a size class at a time, and the
+    one the last piece took, still in the CPU cache, serves the next, where the first of the list did and
+    a mixture cycled through all of them."""
+    pool = landing.BufferPool()
+
+    def address(view: np.ndarray) -> int:
+        return int(view.__array_interface__["data"][0])
+
+    first, second = pool.take(1000), pool.take(1010)  # one size class
+    addresses = [address(first), address(second)]
+    del first, second
+    assert address(pool.take(1020)) == addresses[1]
+    large = pool.take(5000)
+    del large
+    held = pool.take(900)  # the smallest that fits, of those the one taken last
+    assert address(held) == addresses[1] and address(pool.take(1000)) == addresses[0]
+
+
 def test_a_pooled_buffer_is_reused_only_once_nothing_holds_it() -> None:
     pool = landing.BufferPool()
     first = pool.take(1000)
@@ -210,6 +229,6 @@ def test_a_pooled_buffer_is_reused_only_once_nothing_holds_it() -> None:
     assert again.base is pool._buffers[0]
     huge = pool.take(landing.POOLED_BYTES + 1)  # past the pool's bytes: handed out, never kept
     assert len(huge) == landing.POOLED_BYTES + 1 and all(b is not huge.base for b in pool._buffers)
-    small = landing.BufferPool(max_buffers=2, max_bytes=1000)  # bounds of its own
+    small = landing.BufferPool(max_buffers=2, max_bytes=1100)  # bounds of its own (400 bytes take 512)
     held_small = [small.take(400) for _ in range(3)]
     assert [h.base for h in held_small] == [*small._buffers, None]  # the third is not kept

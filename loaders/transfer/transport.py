@@ -112,10 +112,11 @@ class Ring:
         object.__setattr__(self, "_slots", self.memory.numpy())
         object.__setattr__(self, "_counts", self.counts.numpy())
         # The main holds a copy of every message in flight (taken as it arrives, handed out in turn): as
-        # many bytes as the ring holds stay pooled (a buffer a field, a few fields a message), so a deep
-        # prefetch does not copy into fresh memory.
+        # many bytes as the ring holds stay pooled (a buffer a field, a few fields a message; buffers are
+        # made in powers of two, hence twice), so a deep prefetch does not copy into fresh memory.
         workers, slots, _ = self.memory.shape
-        pool = BufferPool(max(POOLED_BUFFERS, 4 * workers * slots), max(POOLED_BYTES, self.memory.numel()))
+        most_bytes = max(POOLED_BYTES, 2 * self.memory.numel())
+        pool = BufferPool(max(POOLED_BUFFERS, 4 * workers * slots), most_bytes)
         object.__setattr__(self, "_pool", pool)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:  # the tensors travel, never the views

@@ -76,21 +76,34 @@ class BufferPool:
         self._max_buffers, self._max_bytes = max_buffers, max_bytes
 
     def take(self, size: int) -> np.ndarray:
-        """``size`` bytes (uint8), not zeroed. Idle buffers go first to make room within the pool's bounds;
-        a buffer that would not fit is handed out unpooled (freed with its last column)."""
+        """``size`` bytes (uint8), not zeroed. An idle buffer of the smallest size that fits, of those the
+        one taken last, the likeliest to be in the CPU cache still; buffers are made in powers of two, so
+        that requests of about one size share them (a mixture's pieces vary). Idle
+        buffers go first, least recently taken first, to make room within the pool's bounds; a buffer that
+        would not fit is handed out unpooled (freed with its last column)."""
         buffers, most, most_bytes = self._buffers, self._max_buffers, self._max_bytes
         idle = [i for i in range(len(buffers)) if sys.getrefcount(buffers[i]) == _POOL_ONLY]
         fitting = [i for i in idle if len(buffers[i]) >= size]
         if fitting:
-            return buffers[min(fitting, key=lambda i: len(buffers[i]))][:size]
-        for i in reversed(idle):  # by position: arrays compare element by element
-            if len(buffers) < most and sum(map(len, buffers)) + size <= most_bytes:
+            smallest = min(len(buffers[i]) for i in fitting)
+            taken = max(i for i in fitting if len(buffers[i]) == smallest)
+            buffers.append(buffers.pop(taken))  # kept in the order they were taken
+            return buffers[-1][:size]
+        made = _rounded(size) if _rounded(size) <= most_bytes else size
+        for removed, i in enumerate(idle):
+            if len(buffers) < most and sum(map(len, buffers)) + made <= most_bytes:
                 break
-            del buffers[i]
-        if len(buffers) >= most or sum(map(len, buffers)) + size > most_bytes:
+            del buffers[i - removed]
+        if len(buffers) >= most or sum(map(len, buffers)) + made > most_bytes:
             return np.empty(size, np.uint8)
-        buffers.append(np.empty(size, np.uint8))
+        buffers.append(np.empty(made, np.uint8))
         return buffers[-1][:size]
+
+
+def _rounded(size: int) -> int:
+    """``size`` rounded up to a power of two: the buffer's tail is never touched unless a larger request
+    takes it, so the rounding costs address space, not memory."""
+    return 1 << max(size - 1, 0).bit_length()
 
 
 _POOL_ONLY = 2
@@ -112,6 +125,19 @@ class Spans:
     key_stops: np.ndarray
     starts: np.ndarray
     stops: np.ndarray
+
+    def sliced(self, begin: int, end: int) -> Spans:
+        """Samples ``begin..end`` (views of these arrays, no copy)."""
+        return Spans(
+            self.sources[begin:end],
+            self.begins[begin:end],
+            self.ends[begin:end],
+            None if self.checksums is None else self.checksums[begin:end],
+            self.key_starts[begin:end],
+            self.key_stops[begin:end],
+            self.starts[begin:end],
+            self.stops[begin:end],
+        )
 
 
 def lands(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
