@@ -38,7 +38,7 @@ from loaders.planning.position import Position
 from loaders.planning.weights import EpochMix, WeightSchedule, epoch_mix, epoch_weights
 from loaders.reading.columns import Columns
 from loaders.reading.mixed import by_source, read_order
-from loaders.reading.mixed_landing import SourcePart, land_window
+from loaders.reading.mixed_landing import SourcePart, land_pieces
 from loaders.reading.readers import ShardReaders
 from loaders.reading.windows import OnError, WindowReader
 from shardpipe.errors import DataError
@@ -164,10 +164,6 @@ class Mixture(ShardedDataset):
             for stage in stages
         )
 
-    @property
-    def hands_over_whole_windows(self) -> bool:
-        return True  # landed whole (mixed_landing), or read source by source and gathered
-
     def plan_config(self, num_workers: int) -> PlanConfig:
         return replace(
             super().plan_config(num_workers),
@@ -268,16 +264,16 @@ class Mixture(ShardedDataset):
             for d in self.datasets
         ]
         cursors = self.cursors(epoch)
+        yielded = 0
         for rows, seed in windows:
             size = num_samples(rows)
             if skip >= size:
                 skip -= size
                 continue
             order = read_order(rows)[window_permutation(seed, size)[skip:]]
-            grouped = self._source_runs(rows, cursors)
-            yield self._land_window(grouped, order) or Columns.gather(
-                self.fields, self._read_window(grouped, readers), order
-            )
+            for columns in self._window(self._source_runs(rows, cursors), order, readers, yielded):
+                yielded += len(columns)
+                yield columns
             skip = 0
 
     def _source_runs(self, rows: Blocks, cursors: Sequence[int]) -> list[tuple[int, list[Run]]]:
@@ -302,10 +298,17 @@ class Mixture(ShardedDataset):
             grouped.append((source, real))
         return grouped
 
-    def _land_window(self, grouped: list[tuple[int, list[Run]]], order: np.ndarray) -> Columns | None:
-        """The window at ``order`` landed in one copy (:mod:`~loaders.reading.mixed_landing`); ``None`` to
-        read it source by source (where it cannot be, or a read fails under ``on_error="skip"``, whose
-        source-by-source path finds the bad samples)."""
+    def _window(
+        self,
+        grouped: list[tuple[int, list[Run]]],
+        order: np.ndarray,
+        readers: Sequence[WindowReader],
+        yielded: int,
+    ) -> Iterator[Columns]:
+        """The window at ``order``: landed in one copy (:mod:`~loaders.reading.mixed_landing`), in pieces
+        that end where messages do on the batch path; what was not landed read source by source and
+        gathered (where the window cannot be landed, or a piece fails under ``on_error="skip"``: that path
+        finds the bad samples)."""
         parts, first = [], 0
         for source, runs in grouped:
             count = sum(run.stop - run.start for run in runs)
@@ -324,12 +327,20 @@ class Mixture(ShardedDataset):
                     self.shard_offsets[source],
                 )
             )
+        bounds = [len(order)]
+        if self.batched:
+            step = self.options.batch_size * self.options.chunk_batches
+            bounds = [*range(step - yielded % step, len(order), step), len(order)]
+        landed = 0
         try:
-            return land_window(parts, self.fields, len(order))
+            for piece in land_pieces(parts, self.fields, len(order), bounds):
+                landed += len(piece)
+                yield piece
         except DataError:
             if self.datasets[0].options.on_error == "raise":
                 raise
-            return None
+        if landed < len(order):
+            yield Columns.gather(self.fields, self._read_window(grouped, readers), order[landed:])
 
     def _read_window(
         self, grouped: list[tuple[int, list[Run]]], readers: Sequence[WindowReader]

@@ -325,34 +325,44 @@ def test_the_transport_is_sized_by_the_mixture_proportions(paths: dict[str, Path
         assert mix.sample_bytes() == pytest.approx((counts[0] * a + counts[1] * b) / 40)
 
 
-def test_a_window_landed_in_one_copy_is_the_source_by_source_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("damaged", [False, True])
+def test_a_window_landed_in_pieces_is_the_source_by_source_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damaged: bool
 ) -> None:
     """Three formats, one source's field large enough to land: the same batches, byte for byte, whether
-    the sources land straight into the window (``mixed_landing``) or are read one by one and gathered."""
+    the sources land straight into the window a batch at a time (``mixed_landing``) or are read one by
+    one and gathered; with a damaged sample under ``on_error="skip"``, pieces land until the one that
+    holds it, and the rest of the window is read the way that finds it: the same pads, the same count."""
     paths = {
         "a": pack_dataset(tmp_path / "a", "tar", 23, max_samples=5),
         "b": pack_dataset(tmp_path / "b", "lmdb", 11, max_samples=4, size=40_000),
         "c": pack_dataset(tmp_path / "c", "tfrecord", 9, max_samples=3, size=3_000),
     }
+    if damaged:
+        damage(paths["a"], "tar")
 
-    def batches(lands: bool) -> list[dict[str, Any]]:
-        calls: list[bool] = []
-        real = mixture_module.land_window
+    def batches(lands: bool) -> tuple[list[dict[str, Any]], int, int]:
+        pieces: list[int] = []
+        real = mixture_module.land_pieces
+
+        def counted(*args: Any) -> Any:
+            for piece in real(*args):
+                pieces.append(len(piece))
+                yield piece
+
         with monkeypatch.context() as patch:
-            patch.setattr(
-                mixture_module,
-                "land_window",
-                lambda *a: (calls.append(lands) or real(*a)) if lands else None,
-            )
-            sources = {name: ShardedDataset(path) for name, path in paths.items()}
+            patch.setattr(mixture_module, "land_pieces", counted if lands else lambda *a: iter(()))
+            on_error = "skip" if damaged else "raise"
+            sources = {name: ShardedDataset(path, on_error=on_error) for name, path in paths.items()}
             mix = Mixture(sources, weights={"a": 0.5, "b": 0.3, "c": 0.2}, samples_per_epoch=60, seed=4)
             loader = make_loader(mix, batch_size=BATCH, num_workers=0)
             out = []
             for epoch in (0, 1):
                 loader.set_epoch(epoch)
                 out += [{k: v if isinstance(v, list) else v.tolist() for k, v in b.items()} for b in loader]
-        assert not lands or calls  # the one-copy path ran
-        return out
+        assert not lands or set(pieces) == {BATCH}  # the one-copy path ran, a batch at a time
+        return out, mix.num_errors, len(pieces)
 
-    assert batches(lands=True) == batches(lands=False)
+    landed, errors, num_pieces = batches(lands=True)
+    assert (landed, errors) == batches(lands=False)[:2]
+    assert (errors > 0) == damaged and (num_pieces < 30) == damaged  # 2 epochs of 15 batches
