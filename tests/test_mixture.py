@@ -366,3 +366,20 @@ def test_a_window_landed_in_pieces_is_the_source_by_source_read(
     landed, errors, num_pieces = batches(lands=True)
     assert (landed, errors) == batches(lands=False)[:2]
     assert (errors > 0) == damaged and (num_pieces < 30) == damaged  # 2 epochs of 15 batches
+
+
+def test_a_mapped_file_cut_short_between_pieces_names_itself(tmp_path: Path) -> None:
+    """A window is located once and landed a piece at a time: a shard cut short after the first piece was
+    handed out raises naming it at the next piece, never a fault from touching past the file's end."""
+    paths = {
+        "a": pack_dataset(tmp_path / "a", "tar", 20, max_samples=20, size=20_000),
+        "b": pack_dataset(tmp_path / "b", "tfrecord", 10, max_samples=10),
+    }
+    sources = {name: ShardedDataset(path) for name, path in paths.items()}
+    mix = Mixture(sources, weights={"a": 0.5, "b": 0.5}, samples_per_epoch=30, seed=1)
+    batches = iter(make_loader(mix, batch_size=BATCH, num_workers=0))
+    next(batches)
+    with open(paths["a"] / "train" / "shard-000000.tar", "r+b") as shard:
+        shard.truncate(1024)
+    with pytest.raises(DataError, match=r"shard-000000\.tar.*shorter than when it was opened"):
+        list(batches)

@@ -101,6 +101,8 @@ class _Window:
         for part, found, (first, last) in zip(self.parts, self.located, ranges, strict=True):
             if first == last:
                 continue
+            if begin:  # the first piece was checked as it was located
+                found.check(first, last)
             at = part.positions[first:last] - begin
             mine = {name: (view, offsets[at]) for name, (view, offsets) in into.items()}
             locate = partial(_shifted, found.locate, first)

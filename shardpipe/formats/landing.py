@@ -55,10 +55,14 @@ class Landing(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Located:
-    """Samples ready to land: where they lie, and ``locate(i)``, which names sample i (shard, index)."""
+    """Samples ready to land: where they lie, ``locate(i)``, which names sample i (shard, index), and
+    ``check(begin, end)``, which raises naming the first of samples ``begin..end`` that its file no longer
+    holds (a memory-mapped file cut short since: a touch past its end is a fault), for a caller that
+    lands them a piece at a time."""
 
     spans: Spans
     locate: Callable[[int], tuple[str, int]]
+    check: Callable[[int, int], None] = lambda begin, end: None
 
 
 class BufferPool:

@@ -108,7 +108,10 @@ class MappedWindow:
         def locate(i: int) -> tuple[str, int]:
             return self._shards[int(shard_of[i])].name, int(self._sample_of[order[i]])
 
-        return Located(spans, locate)
+        def check(begin: int, end: int) -> None:
+            self._check_sizes(shard_of[begin:end], ends[begin:end], order[begin:end])
+
+        return Located(spans, locate, check)
 
     def _check_sizes(self, shard_of: np.ndarray, ends: np.ndarray, order: np.ndarray) -> None:
         """Every file still holds the spans read from it: a touch past a mapped file's end is a fault."""
