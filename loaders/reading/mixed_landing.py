@@ -45,7 +45,7 @@ def land_pieces(
     """The window's ``size`` samples, every source's at its positions, as columns that end at ``bounds``
     (ascending window positions, the last ``size``) where a field lands, else whole; nothing where the
     window cannot be landed (see the module). Each piece lands as the one before is taken, into the
-    buffers its batches freed: a window of large samples is never in memory at once, as a source read
+    buffers its batches freed: a window of large samples is never copied out whole, as a source read
     alone lands a batch at a time (docs/design-record.md, "A mixture's window in pieces")."""
     landings: list[Landing] = []
     for part in parts:
