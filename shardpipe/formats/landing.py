@@ -82,9 +82,9 @@ class BufferPool:
     def take(self, size: int) -> np.ndarray:
         """``size`` bytes (uint8), not zeroed. An idle buffer of the smallest size that fits, of those the
         one taken last, the likeliest to be in the CPU cache still; buffers are made in powers of two, so
-        that requests of about one size share them (a mixture's pieces vary). Idle
-        buffers go first, least recently taken first, to make room within the pool's bounds; a buffer that
-        would not fit is handed out unpooled (freed with its last column)."""
+        that requests of about one size share them (a mixture's pieces vary). Idle buffers go first, least
+        recently taken first, to make room within the pool's bounds; a buffer that would not fit is handed
+        out unpooled (freed with its last column)."""
         buffers, most, most_bytes = self._buffers, self._max_buffers, self._max_bytes
         idle = [i for i in range(len(buffers)) if sys.getrefcount(buffers[i]) == _POOL_ONLY]
         fitting = [i for i in idle if len(buffers[i]) >= size]
