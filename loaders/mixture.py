@@ -40,7 +40,7 @@ from loaders.reading.columns import Columns
 from loaders.reading.mixed import by_source, read_order
 from loaders.reading.mixed_landing import SourcePart, land_pieces
 from loaders.reading.readers import ShardReaders
-from loaders.reading.windows import OnError, WindowReader
+from loaders.reading.windows import OnError, WindowReader, piece_ends
 from shardpipe.errors import DataError
 
 
@@ -329,8 +329,7 @@ class Mixture(ShardedDataset):
             )
         bounds = [len(order)]
         if self.batched:
-            step = self.options.batch_size * self.options.chunk_batches
-            bounds = [*range(step - yielded % step, len(order), step), len(order)]
+            bounds = piece_ends(len(order), self.options.batch_size * self.options.chunk_batches, yielded)
         landed = 0
         try:
             for piece in land_pieces(parts, self.fields, len(order), bounds):

@@ -30,6 +30,13 @@ log = logging.getLogger("loaders")
 OnError = Literal["raise", "skip"]
 
 
+def piece_ends(size: int, piece_size: int, yielded: int) -> list[int]:
+    """Where the pieces of a window of ``size`` samples end, the last at ``size``: where the messages of
+    ``piece_size`` samples end, counted over the ``yielded`` samples before it, so that no message spans
+    two pieces (it would be copied again to join them)."""
+    return [*range(piece_size - yielded % piece_size, size, piece_size), size]
+
+
 @dataclass(frozen=True, slots=True)
 class WindowReader:
     """Reads windows of one split through one process's open shard readers; ``shard_paths[i]`` names shard
@@ -68,9 +75,7 @@ class WindowReader:
         that fails under ``on_error="skip"`` sends the rest of the window the way that finds bad samples."""
         landing = self._locate(window) if self.piece_size is not None else None
         if landing is not None and self.piece_size is not None:
-            first = self.piece_size - yielded % self.piece_size
-            bounds = [0, *range(first, len(order), self.piece_size), len(order)]
-            for a, b in itertools.pairwise(bounds):
+            for a, b in itertools.pairwise([0, *piece_ends(len(order), self.piece_size, yielded)]):
                 try:
                     landed = landing.land(order[a:b], self.readers.landing_pool)
                 except DataError:
