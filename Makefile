@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[dev]" "$(TORCH)"  # with the pin: no extra can move torch
 	touch $@
 
 demo: setup

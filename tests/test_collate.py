@@ -38,3 +38,25 @@ def test_small_tensors_travel_inline_large_ones_stay_tensors() -> None:
     assert torch.equal(wire["small"], small) and torch.equal(wire["large"], large)
     assert wire["keys"] == ["a"]
     assert type(wire["small"]) is torch.Tensor  # rebuilt as a tensor on arrival
+
+
+def test_a_batch_survives_the_collection_utilities_trainers_apply() -> None:
+    """Lightning moves a batch with ``apply_to_collection``, Accelerate with ``send_to_device``, and both
+    build on pytree in places: each must rebuild the batch with its raw columns intact."""
+    from accelerate.utils import send_to_device
+    from lightning.pytorch.utilities import move_data_to_device
+    from torch.utils._pytree import tree_map
+
+    column = RaggedBytes.from_list([b"ab", b"", b"cde"])
+    view = RaggedBytes(memoryview(bytes(column.buffer)).toreadonly(), column.offsets)
+    batch = Batch({"__key__": ["k0", "k1", "k2"], "jpg": view, "__pad__": torch.tensor([False, True, False])})
+    for move in (
+        lambda b: move_data_to_device(b, "cpu"),
+        lambda b: send_to_device(b, "cpu"),
+        lambda b: tree_map(lambda x: x, b),
+    ):
+        moved = move(batch)
+        assert isinstance(moved, Batch) and moved["jpg"] == column and moved["__key__"] == batch["__key__"]
+        assert moved["__pad__"].tolist() == [False, True, False]
+    with pytest.raises(AttributeError, match="immutable"):
+        view.buffer = b""  # type: ignore[misc]

@@ -9,12 +9,13 @@ arrival; large tensors still use shared memory. The measurements behind this are
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+from torch.utils._pytree import register_pytree_node
 from torch.utils.data import default_collate
 
 from shardpipe.formats import bytecolumn
@@ -22,15 +23,35 @@ from shardpipe.formats import bytecolumn
 INLINE_TENSOR_BYTES = 1 << 20  # below this a tensor crosses processes inline, above it in shared memory
 
 
-@dataclass(frozen=True, slots=True)
 class RaggedBytes:
     """A batch of variable-length byte strings: ``buffer[offsets[i]:offsets[i + 1]]`` is item i.
 
     ``buffer`` is ``bytes`` or a read-only ``memoryview`` of the column the batch was cut from (no copy);
-    items come out as ``bytes`` either way, and a pickled batch carries ``bytes``."""
+    items come out as ``bytes`` either way, and a pickled batch carries ``bytes``. It is deliberately
+    neither a dataclass nor a ``Sequence``: the collection utilities trainers apply to a batch (Lightning's
+    ``apply_to_collection``, Accelerate's ``send_to_device``, ``torch.utils._pytree``) then pass it through
+    whole instead of rebuilding it (a ``memoryview`` cannot be rebuilt from a list)."""
 
+    __slots__ = ("buffer", "offsets")
     buffer: bytes | memoryview
     offsets: np.ndarray  # (n + 1,) int64
+
+    def __init__(self, buffer: bytes | memoryview, offsets: np.ndarray) -> None:
+        object.__setattr__(self, "buffer", buffer)
+        object.__setattr__(self, "offsets", offsets)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"RaggedBytes is immutable: cannot set {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RaggedBytes):
+            return NotImplemented
+        return self.tolist() == other.tolist()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RaggedBytes({len(self)} items, {self.nbytes} bytes)"
 
     @classmethod
     def from_list(cls, items: Sequence[bytes]) -> RaggedBytes:
@@ -73,6 +94,19 @@ class Batch(dict[str, Any]):
 
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
         return _from_wire, ({name: _to_wire(value) for name, value in self.items()},)
+
+
+def _flatten_batch(batch: Batch) -> tuple[list[Any], list[str]]:
+    return list(batch.values()), list(batch.keys())
+
+
+def _unflatten_batch(values: Iterable[Any], names: Any) -> Batch:
+    return Batch(zip(names, values, strict=True))
+
+
+# A dict subclass is a leaf to torch's pytree unless registered: registered, ``tree_map`` reaches the
+# tensors of a batch (what ``torch.compile`` and device-transfer helpers built on pytree do).
+register_pytree_node(Batch, _flatten_batch, _unflatten_batch, serialized_type_name="loaders.batches.Batch")
 
 
 @dataclass(frozen=True, slots=True)
