@@ -8,10 +8,14 @@ consumed before the save without reading them.
 
 The epoch and the resume point live in ``loaders.planning.position.Position`` (shared memory), so
 ``set_epoch`` reaches DataLoader workers whether they are persistent or not, under fork and spawn.
+``state_dict`` / ``load_state_dict`` save and restore the run's position (what ``make_loader``'s loader
+handed out) in the main process, and one worker's own position inside a DataLoader worker, as torchdata's
+``StatefulDataLoader`` asks for.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
@@ -21,7 +25,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils.data import IterableDataset
 
-from loaders.distributed.world import get_worker, get_world
+from loaders.distributed.world import get_worker, get_world, planned_workers
 from loaders.planning.elastic import Segment, consumed_count, remaining_runs
 from loaders.planning.mixing import default_block_size, warn_if_poorly_mixed
 from loaders.planning.planner import (
@@ -30,13 +34,21 @@ from loaders.planning.planner import (
     PlanConfig,
     Remainder,
     Runs,
+    batches_per_rank,
     epoch_runs,
     num_samples,
     plan_windows,
     samples_per_rank,
     worker_sample_counts,
 )
-from loaders.planning.position import Position
+from loaders.planning.position import (
+    Position,
+    WorkerPass,
+    decode_state,
+    decode_worker_state,
+    encode_state,
+    encode_worker_state,
+)
 from loaders.reading.columns import Columns, Decoding, batches
 from loaders.reading.decode import ColumnDecoder, DecodeContext, Decoder, decode_sample, resolve_decoders
 from loaders.reading.readers import ShardReaders
@@ -50,12 +62,13 @@ from shardpipe.manifest import Manifest
 
 MAX_WORKERS = 256  # slots in the shared error counter
 Sample = dict[str, Any]
+log = logging.getLogger("loaders")
 
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
-    """How a split is read; everything here but ``on_error``, ``batched``, ``chunk_batches`` and ``check``
-    shapes the order."""
+    """How a split is read; everything here but ``on_error``, ``batched``, ``chunk_batches``, ``check`` and
+    ``managed`` shapes the order."""
 
     split: str = "train"
     shuffle: bool = True
@@ -63,11 +76,12 @@ class ReadOptions:
     remainder: Remainder = "pad"
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
     block_size: int = DEFAULT_BLOCK_SIZE
-    batch_size: int = 1
+    batch_size: int | None = None  # the DataLoader's: each worker's share is whole batches (None: unknown)
     on_error: OnError = "raise"
     batched: bool = False
     check: bool = True
     chunk_batches: int = 1  # batches per worker message on the batch path (``loaders.transfer.chunks``)
+    managed: bool = False  # a ShardedLoader hands the batches out, and so keeps the epochs
 
     def __post_init__(self) -> None:
         if self.on_error not in ("raise", "skip"):
@@ -81,7 +95,7 @@ class ReadOptions:
             seed=self.seed,
             shuffle=self.shuffle,
             remainder=self.remainder,
-            batch_size=self.batch_size,
+            batch_size=self.batch_size or 1,
             block_size=self.block_size,
             shuffle_buffer=self.shuffle_buffer,
         )
@@ -106,6 +120,10 @@ class ShardedDataset(IterableDataset[Sample]):
     True only for a padding duplicate (see ``remainder``), which evaluation should mask.
     """
 
+    _worker_resume: WorkerPass | None = None  # a worker's own saved position, for its next pass
+    _own_pass: WorkerPass | None = None  # this process's current pass on the per-sample path
+    _own_samples = 0  # samples of that pass handed out (those skipped on resume included)
+
     def __init__(
         self,
         path: str | Path,
@@ -116,6 +134,7 @@ class ShardedDataset(IterableDataset[Sample]):
         remainder: Remainder = "pad",
         shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
         block_size: int | None = None,
+        batch_size: int | None = None,
         decode: str | Mapping[str, str | Decoder | ColumnDecoder] | None = None,
         transform: Callable[[Sample], Any] | None = None,
         rank: int | None = None,
@@ -132,7 +151,11 @@ class ShardedDataset(IterableDataset[Sample]):
         ``block_size=None`` picks by the pack order: a hashed pack (what ``shardpipe pack`` writes by
         default) is mixed already and reads blocks of ``HASHED_BLOCK_SIZE`` samples (long reads, fast); a
         sorted pack, or one whose order is unknown, reads blocks of ``DEFAULT_BLOCK_SIZE`` from all over
-        each rank's share, so its batches still mix classes."""
+        each rank's share, so its batches still mix classes.
+
+        ``batch_size`` is the batch size of a plain ``DataLoader`` (or torchdata's ``StatefulDataLoader``)
+        that reads this dataset with two or more workers: each worker's share is then whole batches, so the
+        loader's ``len`` is exact and equal on every rank. ``make_loader`` sets it itself."""
         super().__init__()
         self.source = DatasetSource(path, remote)
         self.manifest: Manifest = self.source.manifest
@@ -146,6 +169,7 @@ class ShardedDataset(IterableDataset[Sample]):
             remainder=remainder,
             shuffle_buffer=shuffle_buffer,
             block_size=block_size,
+            batch_size=batch_size,
             on_error=on_error,
             check=check,
         )
@@ -190,6 +214,11 @@ class ShardedDataset(IterableDataset[Sample]):
     def shuffle(self) -> bool:
         return self.options.shuffle
 
+    @property
+    def batch_size(self) -> int:
+        """The batch size the workers' shares are whole batches of (1 where none was given)."""
+        return self.options.batch_size or 1
+
     def set_epoch(self, epoch: int) -> None:
         """Reseed for ``epoch``; takes effect at the next ``iter()`` in every worker.
 
@@ -206,7 +235,7 @@ class ShardedDataset(IterableDataset[Sample]):
             seed=o.seed,
             shuffle=o.shuffle,
             remainder=o.remainder,
-            batch_size=o.batch_size,
+            batch_size=self.batch_size,
             block_size=o.block_size,
             shuffle_buffer=o.shuffle_buffer,
         )
@@ -225,13 +254,17 @@ class ShardedDataset(IterableDataset[Sample]):
         return sum(shard.num_bytes for shard in self.shards) / max(sum(self.shard_sizes), 1)
 
     def num_batches(self, batch_size: int, num_workers: int) -> int:
-        """Batches every rank's DataLoader yields in the next pass (a resumed pass counts those already
-        consumed): the same on every rank."""
-        history, _ = self.position.resume_point()
-        total = num_samples(self._runs(self.epoch, history)) if history else self.epoch_size(self.epoch)
-        per_rank = samples_per_rank(total, self.world_size, self.options.remainder)
-        counts = worker_sample_counts(per_rank, num_workers, self.options.batch_size)
+        """Batches every rank's ``DataLoader(dataset, batch_size, num_workers=...)`` yields in a fresh pass of
+        the current epoch: ceil(len(dataset) / batch_size) where the workers' shares are whole batches (one
+        worker, or ``batch_size`` given to the dataset)."""
+        per_rank = samples_per_rank(self.epoch_size(self.epoch), self.world_size, self.options.remainder)
+        counts = worker_sample_counts(per_rank, num_workers, self.batch_size)
         return sum(-(-n // batch_size) for n in counts)
+
+    def pass_batches(self, epoch: int, history: tuple[Segment, ...], config: PlanConfig) -> int:
+        """Batches every rank yields of ``config``'s plan for ``epoch`` after the segments of ``history``."""
+        total = num_samples(self._runs(epoch, history)) if history else self.epoch_size(epoch)
+        return batches_per_rank(total, config)
 
     def state_extras(self, epoch: int) -> dict[str, Any]:
         """Informative entries a saved state carries besides the position (none for one dataset)."""
@@ -249,6 +282,40 @@ class ShardedDataset(IterableDataset[Sample]):
             "seed": self.options.seed,
             "shuffle": self.options.shuffle,
         }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the run stands: small and JSON-safe. In the main process, the run's position as
+        ``make_loader``'s loader handed batches out (the same on every rank; what ``loader.state_dict()``
+        returns), so a loader that a trainer wrapped can be saved through its dataset. Where this object is
+        iterated itself (inside a DataLoader worker, or in a loop over the dataset), that reader's own
+        position: torchdata's ``StatefulDataLoader`` saves one per worker and restores each in its worker."""
+        own = self._own_pass
+        if own is None:
+            return self.run_state()
+        where = replace(own, samples=self._own_samples)
+        return {**encode_worker_state(self.identity(), where), **self.state_extras(own.epoch)}
+
+    def run_state(self) -> dict[str, Any]:
+        """The run's position as the main process keeps it (see :meth:`state_dict`)."""
+        epoch, segments = self.position.saved()
+        return {**encode_state(self.identity(), epoch, segments), **self.state_extras(epoch)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume at ``state``, a ``state_dict()``: the next pass continues its epoch after what it consumed.
+
+        A run's position loads on any world size, worker count and batch size (the rest of the epoch is
+        re-planned where the plan differs); a worker's own position only into the same worker of the same
+        plan. The data, split, seed and shuffle must be the saved run's (otherwise ``ValueError``: found X,
+        expected Y, and what to do)."""
+        state = dict(state)
+        if "worker" in state:
+            where = decode_worker_state(state, self.identity())
+            self.check_state(state)
+            self._worker_resume = where
+            return
+        epoch, segments = decode_state(state, self.identity())
+        self.check_state(state)
+        self.position.set_resume_point(epoch, segments)
 
     @property
     def num_errors(self) -> int:
@@ -282,7 +349,7 @@ class ShardedDataset(IterableDataset[Sample]):
             shard_paths=[shard.path for shard in self.shards],
             on_error=self.options.on_error,
             count_errors=partial(self._count_errors, plan.worker_index),
-            piece_size=self.options.batch_size * self.options.chunk_batches if self.batched else None,
+            piece_size=self.batch_size * self.options.chunk_batches if self.batched else None,
         )
         return self._hand_out(reader.read(windows, plan.skip), plan.epoch, plan.worker_index)
 
@@ -290,16 +357,50 @@ class ShardedDataset(IterableDataset[Sample]):
         """What this worker's pass is planned from; the same for a single dataset and a mixture."""
         freeze_inherited_objects()
         worker_index, num_workers = get_worker()
-        epoch = self.epoch
-        history, resumed_batches = self.position.resume_point()
-        # The DataLoader always asks worker 0 first: after k batches, worker 0 plays the worker that
-        # produced batch k in the uninterrupted run, worker 1 the next one, and so on.
-        role = (worker_index + resumed_batches) % max(num_workers, 1)
-        config = self.plan_config(num_workers)
-        runs = self._runs(epoch, history)
-        per_rank = samples_per_rank(num_samples(runs), self.world_size, config.remainder)
-        skip = consumed_count(config, per_rank, role, resumed_batches)
+        config = self.plan_config(planned_workers())
+        resumed, self._worker_resume = self._worker_resume, None
+        if resumed is not None:  # this worker's own saved position (StatefulDataLoader)
+            _check_same_worker(resumed, config, worker_index)
+            epoch, history, role, skip = resumed.epoch, resumed.history, resumed.role, resumed.samples
+            runs = self._runs(epoch, history)
+        else:
+            self._check_whole_batches(num_workers)
+            if worker_index == 0 and not self.options.managed and self.position.repeated_pass():
+                log.warning(
+                    "set_epoch() was not called between two passes over %s: every pass repeats epoch %d's "
+                    "order. Call dataset.set_epoch(epoch) before each epoch, or read it through make_loader, "
+                    "which advances the epoch itself",
+                    self.root,
+                    self.epoch,
+                )
+            epoch = self.epoch
+            history, resumed_batches = self.position.resume_point(config)
+            # The DataLoader always asks worker 0 first: after k batches, worker 0 plays the worker that
+            # produced batch k in the uninterrupted run, worker 1 the next one, and so on.
+            role = (worker_index + resumed_batches) % max(num_workers, 1)
+            runs = self._runs(epoch, history)
+            per_rank = samples_per_rank(num_samples(runs), self.world_size, config.remainder)
+            skip = consumed_count(config, per_rank, role, resumed_batches)
+        own = WorkerPass(epoch, history, config, worker_index, role, skip)
+        self._own_pass = None if self.batched else own
+        self._own_samples = skip
         return PassPlan(worker_index, epoch, role, config, runs, skip)
+
+    def _check_whole_batches(self, num_workers: int) -> None:
+        if num_workers > 1 and self.options.batch_size is None:
+            raise ValueError(
+                f"{num_workers} DataLoader workers share this rank's samples of {self.root}, but the dataset "
+                "does not know the DataLoader's batch size, so their shares are not whole batches: len() "
+                "would be off and ranks could run different step counts. Pass ShardedDataset(..., "
+                "batch_size=B) with the DataLoader's batch size (1 without batching), or read it through "
+                "make_loader(dataset, batch_size=B, num_workers=...), which sets it"
+            )
+
+    def _counted(self, samples: Iterator[Any]) -> Iterator[Any]:
+        """The per-sample path's samples, counted for this reader's own state (``state_dict``)."""
+        for sample in samples:
+            self._own_samples += 1
+            yield sample
 
     def _hand_out(self, columns: Iterator[Columns], epoch: int, worker_index: int) -> Iterator[Any]:
         """Windows' columns in yield order -> what iterating yields: batches (or chunks of them) on the
@@ -310,11 +411,11 @@ class ShardedDataset(IterableDataset[Sample]):
             shard_paths = [shard.path for shard in self.shards]
             count_errors = partial(self._count_errors, worker_index)
             decoding = Decoding(self.decoders, context, shard_paths, count_errors)
-            cut = batches(columns, self.options.batch_size * per_chunk, decoding if self.decoders else None)
+            cut = batches(columns, self.batch_size * per_chunk, decoding if self.decoders else None)
             return cut if per_chunk == 1 else chunks(cut, worker_index)
         if not self.decoders and self.transform is None:
-            return (sample for window in columns for sample in window.samples())
-        return self._finished(columns, context, worker_index)
+            return self._counted(sample for window in columns for sample in window.samples())
+        return self._counted(self._finished(columns, context, worker_index))
 
     @property
     def hands_over_whole_windows(self) -> bool:
@@ -361,3 +462,23 @@ class ShardedDataset(IterableDataset[Sample]):
 @lru_cache(maxsize=8)
 def _remaining(shard_sizes: tuple[int, ...], history: tuple[Segment, ...], epoch: int) -> Runs:
     return remaining_runs(shard_sizes, history, epoch)
+
+
+def _check_same_worker(saved: WorkerPass, config: PlanConfig, worker_index: int) -> None:
+    """A worker's own saved position continues only the same worker of the same plan."""
+    if saved.config != config or saved.worker_index != worker_index:
+        found = f"worker {saved.worker_index} of {_plan_words(saved.config)}"
+        expected = f"worker {worker_index} of {_plan_words(config)}"
+        raise ValueError(
+            f"cannot resume: found {found} in the saved worker state, expected {expected} (this loader's). "
+            "A worker's own state (torchdata's StatefulDataLoader) resumes with the same world size, "
+            "workers and batch size; to resume on another world, save make_loader's loader.state_dict()"
+        )
+
+
+def _plan_words(config: PlanConfig) -> str:
+    return (
+        f"world_size={config.world_size}, num_workers={config.num_workers}, "
+        f"batch_size={config.batch_size}, remainder={config.remainder!r}, block_size={config.block_size}, "
+        f"shuffle_buffer={config.shuffle_buffer}"
+    )

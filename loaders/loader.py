@@ -3,9 +3,10 @@
 It aligns the workers' shares to whole batches (so ``len(loader)`` is exact and equal on every rank),
 collates raw bytes into one buffer per field and batch, sends small batches several to a worker message
 (``loaders.transfer.chunks``), inline (``loaders.transfer.collate``) or through a shared-memory ring
-(``loaders.transfer.transport``), calls
-``set_epoch`` itself at each new pass when the user never does (the forgotten-``set_epoch`` bug cannot
-silently repeat one order), and saves and restores its position (``state_dict`` / ``load_state_dict``,
+(``loaders.transfer.transport``), and keeps the epochs: a pass is complete once it handed out every
+planned batch, whether or not its consumer pulled ``StopIteration`` (trainers stop at ``len(loader)``),
+and a new pass without ``set_epoch`` starts the next epoch (the forgotten-``set_epoch`` bug cannot
+silently repeat one order). It saves and restores its position (``state_dict`` / ``load_state_dict``,
 the protocol torchdata's ``StatefulDataLoader`` users know): resumed with the same world size, workers
 and batch size it yields exactly the batches k, k+1, ... of the uninterrupted run; resumed on another
 world it re-plans the rest of the epoch (``loaders.planning.elastic``).
@@ -22,8 +23,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from loaders.dataset import ShardedDataset
-from loaders.planning.elastic import Segment
-from loaders.planning.position import decode_state, encode_state
+from loaders.planning.position import PassProgress
 from loaders.reading.decode import ColumnDecoder, DecodeContext, DecodeError
 from loaders.transfer.chunks import PREFETCH, batches_per_chunk, interleave, prefetch_for
 from loaders.transfer.collate import collate_samples
@@ -46,6 +46,12 @@ RESULT_PIPE_BYTES = 1 << 20
 class ShardedLoader(DataLoader[Any]):
     """A DataLoader whose length is exact and whose epoch and position are managed (see the module doc)."""
 
+    # Accelerate's prepare() rebuilds a DataLoader over an IterableDataset so that one rank's batches are
+    # split among all ranks; each rank here reads its own share already. Accelerate passes a loader it
+    # marked prepared through unchanged (tests/test_recipes.py runs it, so a release that stops noticing
+    # this fails there).
+    _is_accelerate_prepared = True
+
     def __init__(
         self,
         dataset: ShardedDataset,
@@ -58,6 +64,8 @@ class ShardedLoader(DataLoader[Any]):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
         workers, per_message = kwargs.get("num_workers", 0), 1
+        # Workers' shares are whole batches (an exact len); this loader keeps the epochs.
+        dataset = dataset.configured(batch_size=batch_size, managed=True)
         self._chosen_prefetch = workers > 0 and kwargs.get("prefetch_factor") is None
         if workers > 0:
             batch_bytes = expected_batch_bytes(dataset, batch_size)
@@ -79,13 +87,13 @@ class ShardedLoader(DataLoader[Any]):
         self.samples_per_batch = batch_size
         self.enlarge_pipe = enlarge_pipe
         self.transport = transport
-        self._pass_sets: int | None = None  # set_epoch calls seen when the previous pass began
         self._warned = False
-        self._history: tuple[Segment, ...] = ()  # segments of this epoch before the current pass's plan
-        self._batches = 0  # batches of the current pass's plan consumed (including those skipped on resume)
 
     def __len__(self) -> int:
-        return self.sharded.num_batches(self.samples_per_batch, self.num_workers)
+        """The epoch's batches on every rank, as trainers count them: for a resumed epoch those the saved run
+        consumed plus what the pass yields (Lightning restores its own count of the first and stops at
+        ``len``). The pass in progress, or else the next one."""
+        return (self.sharded.position.current() or self._next_pass()).length
 
     def _get_iterator(self) -> Any:
         ring = self._make_ring()
@@ -125,40 +133,49 @@ class ShardedLoader(DataLoader[Any]):
     def set_epoch(self, epoch: int) -> None:
         self.sharded.set_epoch(epoch)
 
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+    def _next_pass(self) -> PassProgress:
+        """The pass the next ``iter()`` begins, without beginning it."""
         position = self.sharded.position
-        history, self._batches = position.resume_point()
-        forgotten = self._pass_sets is not None and position.epoch_sets == self._pass_sets
-        if forgotten and self.sharded.shuffle and not (history or self._batches):
-            position.set_epoch(position.epoch + 1)
-            if not self._warned:
+        epoch, config = position.epoch, self.sharded.plan_config(self.num_workers)
+        history, batches = position.resume_point(config)
+        previous = position.current()  # begun since the last set_epoch or load: this pass needs none
+        if previous is not None and (previous.complete or not (history or batches)):
+            epoch, history, batches = epoch + 1, (), 0  # a new pass is a new epoch
+        planned = self.sharded.pass_batches(epoch, history, config)
+        return PassProgress(epoch, position.epoch_sets, history, config, batches, planned)
+
+    def _begin_pass(self) -> PassProgress:
+        """Begin the next pass: the next epoch where the last pass needed no ``set_epoch`` (logged once when
+        the order is shuffled); an abandoned resumed pass is replayed from its resume point."""
+        position = self.sharded.position
+        progress = self._next_pass()
+        if progress.epoch != position.epoch:
+            position.set_epoch(progress.epoch)
+            if self.sharded.shuffle and not self._warned:
                 log.warning(
                     "set_epoch() was not called before this pass; advanced to epoch %d so the order changes "
                     "(call loader.set_epoch(epoch) or dataset.set_epoch(epoch) each epoch to choose it)",
                     position.epoch,
                 )
                 self._warned = True
-        self._pass_sets = position.epoch_sets
-        self._history = history
+            progress.sets = position.epoch_sets
+        position.progress = progress
+        return progress
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        progress = self._begin_pass()
         batches: Iterator[Any] = super().__iter__()
         if self.sharded.options.chunk_batches > 1:
             batches = interleave(batches, self.num_workers, self.samples_per_batch)
         finishing = {name: d.column for name, d in self.sharded.decoders.items() if d.column.finishes}
         for batch in batches:
-            self._batches += 1
+            progress.batches += 1  # the last planned batch completes the pass, whatever comes next
             yield finish_batch(batch, finishing, self.sharded) if finishing else batch
-        position.finish_pass()  # the next pass starts a fresh epoch plan
 
     def state_dict(self) -> dict[str, Any]:
-        """Small, JSON-safe and identical on every rank: the data, the epoch and the position in it."""
-        if self._pass_sets is None:  # no pass yet: a loaded resume point is still pending
-            history, batches = self.sharded.position.resume_point()
-        else:
-            history, batches = self._history, self._batches
-        current = Segment(self.sharded.plan_config(self.num_workers), batches)
-        epoch = self.sharded.epoch
-        state = encode_state(self.sharded.identity(), epoch, [*history, current])
-        return {**state, **self.sharded.state_extras(epoch)}
+        """Small, JSON-safe and identical on every rank: the data, the epoch and the position in it (after a
+        complete pass, the next epoch's start)."""
+        return self.sharded.run_state()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at ``state``: the next pass continues the saved epoch after what it consumed.
@@ -166,11 +183,12 @@ class ShardedLoader(DataLoader[Any]):
         Any world size, worker count and batch size may load it; the data, split, seed and shuffle must
         be the saved run's (otherwise ``ValueError``: found X, expected Y, and what to do).
         """
-        config = self.sharded.plan_config(self.num_workers)
-        epoch, history, batches = decode_state(state, self.sharded.identity(), config)
-        self.sharded.check_state(state)
-        self.sharded.position.set_resume_point(epoch, history, batches)
-        self._pass_sets = None
+        if "worker" in state:
+            raise ValueError(
+                "cannot resume: this is one DataLoader worker's state (torchdata's StatefulDataLoader saves "
+                "those); load it into that StatefulDataLoader, or save loader.state_dict() of this loader"
+            )
+        self.sharded.load_state_dict(state)
 
 
 def _forward(batch: Any) -> Any:
@@ -264,7 +282,7 @@ def make_loader(
         persistent_workers = False
     collate_fn = kwargs.pop("collate_fn", None)
     return ShardedLoader(
-        dataset.configured(batch_size=batch_size, batched=collate_fn is None),
+        dataset.configured(batched=collate_fn is None),
         batch_size,
         num_workers=num_workers,
         collate_fn=collate_fn or collate_samples,

@@ -63,7 +63,10 @@ class Mixture(ShardedDataset):
         samples_per_epoch: int | None = None,
         per_batch: bool = False,
         seed: int = 0,
+        batch_size: int | None = None,
     ) -> None:
+        """``batch_size`` as for ``ShardedDataset``: a plain ``DataLoader``'s, where one with two or more
+        workers reads the mixture (``make_loader`` sets it)."""
         datasets = checked_sources(sources)
         first = datasets[0]
         if samples_per_epoch is not None and (
@@ -87,6 +90,7 @@ class Mixture(ShardedDataset):
             remainder=first.options.remainder,
             shuffle_buffer=min(d.options.shuffle_buffer for d in datasets),
             block_size=1,
+            batch_size=batch_size,
             on_error=on_error,
             check=first.options.check,
         )
@@ -167,7 +171,7 @@ class Mixture(ShardedDataset):
     def plan_config(self, num_workers: int) -> PlanConfig:
         return replace(
             super().plan_config(num_workers),
-            shuffle_buffer=self.options.batch_size if self.per_batch else self.options.shuffle_buffer,
+            shuffle_buffer=self.batch_size if self.per_batch else self.options.shuffle_buffer,
             permute_blocks=False,
             balance_batches=self.per_batch,
         )
@@ -329,7 +333,7 @@ class Mixture(ShardedDataset):
             )
         bounds = [len(order)]
         if self.batched:
-            bounds = piece_ends(len(order), self.options.batch_size * self.options.chunk_batches, yielded)
+            bounds = piece_ends(len(order), self.batch_size * self.options.chunk_batches, yielded)
         landed = 0
         try:
             for piece in land_pieces(parts, self.fields, len(order), bounds):

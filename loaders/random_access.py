@@ -23,6 +23,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from loaders.planning.planner import Run, Window
+from loaders.planning.position import STATE_VERSION, Position, decode_state
 from loaders.reading.columns import Columns, Decoding, to_batch
 from loaders.reading.decode import ColumnDecoder, DecodeContext, Decoder, decode_sample, resolve_decoders
 from loaders.reading.keys import KeyTable
@@ -73,7 +74,8 @@ class ShardedMapDataset(Dataset[Sample]):
         self.transform = transform
         self.on_error: OnError = on_error
         self.check = check
-        self.seed, self.epoch = seed, 0
+        self.seed = seed
+        self.position = Position()  # the epoch, in shared memory: set_epoch reaches persistent workers
         self._keys: KeyTable | None = None
         self._readers = self._new_readers()
 
@@ -92,9 +94,27 @@ class ShardedMapDataset(Dataset[Sample]):
     def __len__(self) -> int:
         return int(self.starts[-1])
 
+    @property
+    def epoch(self) -> int:
+        return self.position.epoch
+
     def set_epoch(self, epoch: int) -> None:
-        """The epoch decoders that draw (random crops) take their draws from."""
-        self.epoch = epoch
+        """The epoch decoders that draw (random crops) take their draws from; it reaches DataLoader workers,
+        persistent or not."""
+        self.position.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The data and the epoch (small, JSON-safe): which samples a pass reads, and in what order, is the
+        sampler's, whose state a stateful loader saves beside this one."""
+        return {"version": STATE_VERSION, **self._identity(), "epoch": self.epoch}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue at ``state``'s epoch; another dataset, split or seed is refused (``ValueError``)."""
+        epoch, _ = decode_state({**state, "segments": []}, self._identity())
+        self.set_epoch(epoch)
+
+    def _identity(self) -> dict[str, Any]:
+        return {"manifest": self.manifest.fingerprint(), "split": self.split, "seed": self.seed}
 
     # ---- access -------------------------------------------------------------------------------------------
     def __getitem__(self, index: int) -> Any:

@@ -83,14 +83,14 @@ def test_order_depends_only_on_seed_and_epoch(packed: dict[str, Path]) -> None:
 @pytest.mark.parametrize("persistent", [True, False])
 def test_set_epoch_reaches_workers(packed: dict[str, Path], context: str, persistent: bool) -> None:
     def fresh_order(epoch: int) -> list[str]:
-        dataset = ShardedDataset(packed["tar"], rank=0, world_size=1, seed=1)
+        dataset = ShardedDataset(packed["tar"], rank=0, world_size=1, seed=1, batch_size=4)
         dataset.set_epoch(epoch)
         loader = torch.utils.data.DataLoader(
             dataset, batch_size=4, num_workers=2, multiprocessing_context=context
         )
         return [k for batch in loader for k in batch["__key__"]]
 
-    dataset = ShardedDataset(packed["tar"], rank=0, world_size=1, seed=1)
+    dataset = ShardedDataset(packed["tar"], rank=0, world_size=1, seed=1, batch_size=4)
     loader = torch.utils.data.DataLoader(
         dataset, batch_size=4, num_workers=2, persistent_workers=persistent, multiprocessing_context=context
     )

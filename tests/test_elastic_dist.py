@@ -2,8 +2,9 @@
 workers 2 -> 0), finishes the interrupted epoch and then runs the epochs of a fresh W2 run.
 
 Checked over the interrupted epoch: the samples consumed before the save plus those yielded after it cover
-every sample exactly once (plus flagged pads); every new rank runs the same number of batches, equal to
-``len(loader)``; the next epoch on each new rank equals a fresh run's.
+every sample exactly once (plus flagged pads); every new rank runs the same number of batches, which
+``len(loader)`` counts with those consumed before the save; the next epoch on each new rank equals a fresh
+run's.
 """
 
 from __future__ import annotations
@@ -78,10 +79,13 @@ def saved(results: list[dict[str, Any]], name: str) -> tuple[list[str], dict[str
     return [k for r in results for k in r[name]["consumed"]], states[0]
 
 
-def check(path: str, consumed: list[str], resumed: list[dict[str, Any]], workers: int) -> None:
+def check(
+    path: str, consumed: list[str], resumed: list[dict[str, Any]], workers: int, state: dict[str, Any]
+) -> None:
     new_world = len(resumed)
     counts = [len(r["rest"]) for r in resumed]
-    assert len(set(counts)) == 1 and counts[0] == resumed[0]["planned"]
+    before = sum(segment["batches"] for segment in state["segments"])  # what len() adds, as trainers do
+    assert len(set(counts)) == 1 and before + counts[0] == resumed[0]["planned"]
     seen = Counter(consumed + [k for r in resumed for batch in r["rest"] for k in batch])
     assert len(seen) == NUM_SAMPLES and set(seen.values()) == {1}
     for rank, result in enumerate(resumed):  # the next epoch is a fresh new-world run's
@@ -97,18 +101,18 @@ def test_resume_on_another_world_size(path: str) -> None:
     consumed_d, state_d = saved(first, "workers")
 
     second = run_ranks(phase, 3, [resume("2to3", path, 2, state_a), save("3to2", path, 1, 2)], timeout=120)
-    check(path, consumed_a, [r["2to3"] for r in second], workers=2)
+    check(path, consumed_a, [r["2to3"] for r in second], workers=2, state=state_a)
     consumed_b, state_b = saved(second, "3to2")
 
     third = run_ranks(phase, 2, [resume("3to2", path, 0, state_b), resume("workers", path, 0, state_d)],
                       timeout=120)  # fmt: skip
-    check(path, consumed_b, [r["3to2"] for r in third], workers=0)
-    check(path, consumed_d, [r["workers"] for r in third], workers=0)
+    check(path, consumed_b, [r["3to2"] for r in third], workers=0, state=state_b)
+    check(path, consumed_d, [r["workers"] for r in third], workers=0, state=state_d)
 
     fourth = run_ranks(phase, 4, [save("4to1", path, 2, 1)], timeout=120)
     consumed_c, state_c = saved(fourth, "4to1")
     alone = phase(0, 1, [{**resume("4to1", path, 0, state_c)}])  # one process: no group needed
-    check(path, consumed_c, [alone["4to1"]], workers=0)
+    check(path, consumed_c, [alone["4to1"]], workers=0, state=state_c)
 
 
 def test_a_fresh_state_resumes_nothing_twice(path: str, tmp_path: Path) -> None:
@@ -118,4 +122,4 @@ def test_a_fresh_state_resumes_nothing_twice(path: str, tmp_path: Path) -> None:
         loader.set_epoch(EPOCH)
     state = states[0].state_dict()
     alone = phase(0, 1, [resume("fresh", path, 0, state)])
-    check(path, [], [alone["fresh"]], workers=0)
+    check(path, [], [alone["fresh"]], workers=0, state=state)

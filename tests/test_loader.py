@@ -63,9 +63,10 @@ def test_resume_yields_exactly_the_remaining_batches(packed: dict[str, Path], nu
         resumed = loader()
         resumed.load_state_dict(state)
         resumed.set_epoch(4)  # the usual loop sets the epoch again: the resume point must survive it
+        assert len(resumed) == len(expected)  # the epoch as trainers count it, consumed batches included
         rest = [b["__key__"] for b in resumed]
         assert consumed + rest == expected, k
-        assert resumed.state_dict()["segments"][-1]["batches"] == len(expected)
+        assert (resumed.state_dict()["epoch"], resumed.state_dict()["segments"]) == (5, [])  # complete
         resumed.set_epoch(4)
         assert [b["__key__"] for b in resumed] == expected  # the next pass is a whole epoch again
 
@@ -113,7 +114,7 @@ def test_make_loader_configures_a_dataset_sharing_the_epoch(packed: dict[str, Pa
     dataset = ShardedDataset(packed["tar"], rank=0, world_size=1)
     loader = make_loader(dataset, batch_size=8, num_workers=0)
     assert loader.sharded is not dataset and loader.sharded.options.batch_size == 8
-    assert dataset.options.batch_size == 1  # the caller's dataset is not mutated
+    assert dataset.options.batch_size is None  # the caller's dataset is not mutated
     dataset.set_epoch(3)
     assert loader.sharded.epoch == 3
     with pytest.raises(ValueError, match="batch_size must be an int >= 1, got 0"):
@@ -204,6 +205,7 @@ def test_a_loader_without_workers_reads_a_dataset_taken_from_one_with_workers(
     with_workers = make_loader(dataset, 3, 2, persistent_workers=False)
     assert with_workers.sharded.options.chunk_batches > 1
     expected = [as_lists(b) for b in make_loader(dataset, 3, 0)]
+    dataset.set_epoch(0)  # the loaders share the dataset's epochs: read the same one again
     assert [as_lists(b) for b in make_loader(with_workers.sharded, 3, 0)] == expected != []
 
 

@@ -8,6 +8,7 @@ costs one ranged request plus its shard's index once, never the whole shard.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -133,6 +134,17 @@ def test_a_hash_collision_costs_a_read_not_a_wrong_answer() -> None:
     table = KeyTable.build(["a", "b", "c"])
     assert [table.candidates(k) for k in "abc"] == [[0], [1], [2]]
     assert table.candidates("zz") == []
+
+
+def test_the_state_is_the_epoch_and_refuses_another_dataset(packed: dict[str, Path]) -> None:
+    ds = ShardedMapDataset(packed["tar"], seed=5)
+    ds.set_epoch(3)
+    state = json.loads(json.dumps(ds.state_dict()))
+    again = ShardedMapDataset(packed["tar"], seed=5)
+    again.load_state_dict(state)
+    assert again.epoch == 3
+    with pytest.raises(ValueError, match="found seed=5 in the saved state, expected 6"):
+        ShardedMapDataset(packed["tar"], seed=6).load_state_dict(state)
 
 
 def test_a_dataloader_with_any_sampler_reads_each_sample_once(packed: dict[str, Path]) -> None:

@@ -24,8 +24,10 @@ def get_world(rank: int | None = None, world_size: int | None = None) -> tuple[i
     if rank is None:
         if world_size != 1:
             raise ValueError(
-                f"world_size is {world_size} but the rank is unknown: "
-                f"pass rank= or set RANK to a value in [0, {world_size})"
+                f"world_size is {world_size} but the rank is unknown: build the dataset after the process "
+                "group starts (in Lightning, in LightningDataModule.setup() or train_dataloader(), not "
+                "__init__; with Accelerate or Fabric, after Accelerator() or fabric.launch()), or pass rank= "
+                f"or set RANK to a value in [0, {world_size})"
             )
         rank = 0
     for name, value in (("rank", rank), ("world_size", world_size)):
@@ -60,3 +62,10 @@ def get_worker() -> tuple[int, int]:
     if info is None:
         return 0, 1
     return int(info.id), int(info.num_workers)
+
+
+def planned_workers() -> int:
+    """The ``num_workers`` a plan made here counts: the DataLoader's inside a worker, 0 in the main process
+    (which reads as one worker), as the loader that saves the run's state counts them."""
+    info = torch.utils.data.get_worker_info()
+    return 0 if info is None else int(info.num_workers)
