@@ -100,6 +100,8 @@ def scan_names(chunk: tuple[str, str, list[str]]) -> ScannedChunk:
         return grouped, folder, relfolder, subfolders, ignored  # vanished or unreadable: passed over
     try:
         for name in names:
+            if not name.isascii():
+                _check_utf8(folder, name)
             info = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
             if stat.S_ISLNK(info.st_mode):
                 info = os.stat(name, dir_fd=folder_fd)
@@ -120,6 +122,19 @@ def scan_names(chunk: tuple[str, str, list[str]]) -> ScannedChunk:
     finally:
         os.close(folder_fd)
     return grouped, folder, relfolder, subfolders, ignored
+
+
+def _check_utf8(folder: str, name: str) -> None:
+    """Keys are stored as UTF-8 text (tar names, TFRecord and LMDB keys): a name that is not UTF-8 (which
+    ``os.listdir`` returns with surrogate escapes) is refused, naming it, before anything is written."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raw = os.fsencode(name)
+        raise UsageError(
+            f"{folder}{raw.decode(errors='replace')}: the name is not UTF-8 ({raw!r}); keys are stored as "
+            "UTF-8, so rename it (convmv converts a tree's names) or move it out of the source"
+        ) from None
 
 
 def list_tree(store: Store) -> tuple[Grouped, int]:
