@@ -31,9 +31,10 @@ from loaders.reading.readers import ShardReaders
 from loaders.reading.source import DatasetSource, RemoteOptions
 from loaders.reading.windows import OnError, WindowReader
 from loaders.transfer.collate import Batch
-from shardpipe.errors import DataError, SampleIndexError, SampleKeyError
+from shardpipe.errors import CorruptShardError, DataError, SampleIndexError, SampleKeyError
 from shardpipe.formats import get_format
-from shardpipe.formats.layout import ShardIndex
+from shardpipe.formats.layout import ShardIndex, keys_checksum
+from shardpipe.manifest import ShardEntry
 
 Sample = dict[str, Any]
 _FIRST = np.zeros(1, dtype=np.int64)
@@ -260,7 +261,9 @@ class ShardedMapDataset(Dataset[Sample]):
         raise SampleIndexError(f"sample {index} is out of range: {where} has {len(self)} samples")
 
     def _keys_of(self, shard_index: int) -> list[str]:
-        """Every key of one shard in order: their bytes alone when the index has their spans."""
+        """Every key of one shard in order: their bytes alone when the index has their spans, checked
+        against the manifest's checksum of them where it records one (keys read so skip their samples'
+        checksums), so a damaged key is a corrupt shard, not a missing or a wrong sample."""
         entry = self.shards[shard_index]
         index = self._readers.index(shard_index)
         if isinstance(index, ShardIndex) and index.all_plain:
@@ -270,9 +273,16 @@ class ShardedMapDataset(Dataset[Sample]):
             else:
                 with (self.source.root / entry.path).open("rb") as f:
                     data = [os.pread(f.fileno(), stop - start, start) for start, stop in spans]
-            return [item.decode() for item in data]
-        with self._readers.reading(shard_index) as reader:
-            keys, _ = reader.read_runs([(0, entry.num_samples)], ())
+            keys = _checked_keys(data, entry, self.check)
+        else:
+            with self._readers.reading(shard_index) as reader:
+                keys, _ = reader.read_runs([(0, entry.num_samples)], ())
+        if self.check and entry.keys_checksum is not None and keys_checksum(keys) != entry.keys_checksum:
+            raise CorruptShardError.at(
+                f"{self.source.display}/{entry.path}",
+                "its keys differ from the manifest's checksum of them (a damaged key); "
+                "run `shardpipe verify` to find the sample",
+            )
         return keys
 
     def _context(self) -> DecodeContext:
@@ -320,3 +330,23 @@ def _groups(runs: list[Run]) -> list[list[Run]]:
         else:
             groups.append([run])
     return groups
+
+
+def _checked_keys(data: list[bytes], entry: ShardEntry, check: bool) -> list[str]:
+    """Keys from their raw bytes; bytes that are no UTF-8 are a corrupt shard naming the sample."""
+    try:
+        return [item.decode() for item in data]
+    except UnicodeDecodeError:
+        bad = next(i for i, item in enumerate(data) if not _is_utf8(item))
+        detail = f"its key is not UTF-8 ({data[bad]!r:.60})"
+        if not check:
+            detail += "; read with checks on to find what else is damaged"
+        raise CorruptShardError.at(entry.path, detail, sample_index=bad) from None
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True

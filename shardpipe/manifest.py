@@ -7,9 +7,14 @@ sample's checksum). It holds no timestamps, so the same input and options give a
 
 Version 2 adds ``index_version`` (the index's column layout), ``sample_checksum`` (the per-sample checksum
 every reader checks) and ``content_sha256``, a digest of the rest of the manifest, so that damage to the
-manifest itself (a field name, a count) is an error, not silently different data. Version-1 manifests
-still read, without per-sample checks, and say so once in the log. Anything malformed (bad JSON, wrong
-types, totals that disagree with the shards) raises :class:`DataError` naming the file.
+manifest itself (a field name, a count) is an error, not silently different data. The digest detects
+accidental damage; it is no signature: whoever edits a manifest by hand can recompute it. Version 3 adds
+``requires``, the features a reader must know to read the pack (``compression``): a reader refuses a
+feature it does not know, and releases that read only version 2 refuse the pack whole, instead of
+returning stored bytes they cannot decode. A pack that needs no feature is still written as version 2.
+Version-1 manifests still read, without per-sample checks, and say so once in the log. Anything malformed
+(bad JSON, wrong types, totals that disagree with the shards, a path that leaves the dataset) raises
+:class:`DataError` naming the file.
 
 Part of the shared core (``shardpipe.manifest``, ``.errors``, ``.formats``, ``.storage``, ``.units``),
 which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it imports neither
@@ -22,6 +27,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -35,8 +41,12 @@ from shardpipe.storage import ObjectNotFoundError, Store, open_store, redact_url
 from shardpipe.version import __version__
 
 MANIFEST_NAME = "manifest.json"
-MANIFEST_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+MANIFEST_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+PLAIN_VERSION = 2
+"""The version of a manifest whose pack requires no feature: readable by every release since version 2."""
+KNOWN_FEATURES = ("compression",)
+"""Features a pack may require (``requires``) that this shardpipe reads."""
 DIGEST_KEY = "content_sha256"
 log = logging.getLogger("shardpipe")
 _warned_v1: set[str] = set()
@@ -51,6 +61,9 @@ class ShardEntry:
     sha256: str
     index_path: str | None = None
     index_sha256: str | None = None
+    keys_checksum: str | None = None
+    """xxh3_64 of the shard's keys in order (``shardpipe.formats.layout.keys_checksum``): what checks a key
+    read alone, as a lookup by key reads them. ``None`` in packs written before it was recorded."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -61,6 +74,8 @@ class ShardEntry:
         }
         if self.index_path is not None:
             out["index"] = {"path": self.index_path, "sha256": self.index_sha256}
+        if self.keys_checksum is not None:
+            out["keys_xxh3"] = self.keys_checksum
         return out
 
     @classmethod
@@ -69,13 +84,11 @@ class ShardEntry:
         _expect(data, dict, "a shard entry")
         path = _expect(data["path"], str, "a shard path")
         where = f"shard {path!r}"
-        parts = PurePosixPath(path).parts
-        if not parts or path.startswith("/") or ".." in parts:
-            raise ValueError(f"{where}: the path must be relative inside the dataset")
+        check_inside(path, where)
         index = data.get("index")
         if index is not None:
             _expect(index, dict, f"{where}: index")
-            _expect(index["path"], str, f"{where}: index path")
+            check_inside(_expect(index["path"], str, f"{where}: index path"), f"{where}: index")
             _expect(index["sha256"], str, f"{where}: index sha256")
         return cls(
             path=path,
@@ -84,6 +97,7 @@ class ShardEntry:
             sha256=_expect(data["sha256"], str, f"{where}: sha256"),
             index_path=None if index is None else index["path"],
             index_sha256=None if index is None else index["sha256"],
+            keys_checksum=_keys_checksum(data.get("keys_xxh3"), where),
         )
 
 
@@ -104,8 +118,9 @@ class Manifest:
     skipped: dict[str, Any] = field(default_factory=dict)
     """Inputs a transform failed on and ``on_error="skip"`` left out: ``count``, and ``samples`` (the
     first ones, each ``{"key", "error"}``)."""
-    manifest_version: int = MANIFEST_VERSION
-    """The version this manifest was read as (1: no per-sample checksums); always written as the current."""
+    manifest_version: int = field(default=MANIFEST_VERSION, compare=False)
+    """The version this manifest was read as (1: no per-sample checksums); written as the lowest version
+    that holds what the pack requires (:attr:`requires`)."""
     index_version: int = INDEX_VERSION
     """The index files' column layout (:mod:`shardpipe.formats.layout`)."""
     sample_checksum: str | None = CHECKSUM_NAME
@@ -119,9 +134,15 @@ class Manifest:
             raise DataError(f"split {split!r} is not in this dataset; it has {', '.join(self.splits)}")
         return self.splits[split]
 
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """The features a reader must know to read this pack (see the module doc)."""
+        return ("compression",) if self.compression else ()
+
     def to_json(self) -> dict[str, Any]:
         data = {
-            "manifest_version": MANIFEST_VERSION,
+            "manifest_version": MANIFEST_VERSION if self.requires else PLAIN_VERSION,
+            **({"requires": list(self.requires)} if self.requires else {}),
             "shardpipe_version": self.shardpipe_version,
             "format": self.format,
             "index_version": self.index_version,
@@ -203,6 +224,10 @@ class Manifest:
         }
         if unknown := [name for name in compression if name not in fields]:
             raise ValueError(f"compression names {unknown[0]!r}, not one of the fields")
+        for name, codec in compression.items():
+            if codec.dictionary is not None:
+                check_inside(codec.dictionary, f"the dictionary of field {name!r}")
+        _check_requires(data, version, bool(compression))
         return cls(
             format=fmt,
             fields=fields,
@@ -226,6 +251,32 @@ class _UnsupportedVersionError(ValueError):
     """A manifest version this shardpipe cannot read: said as is, not as "malformed"."""
 
 
+def _check_requires(data: dict[str, Any], version: int, compressed: bool) -> None:
+    """A version-3 manifest lists what its pack requires: refuse a feature this shardpipe does not know,
+    and a list that disagrees with what the manifest records (a hand edit)."""
+    if version < 3:  # packs compressed before version 3 existed record compression alone
+        return
+    required = _expect(data.get("requires"), list, "requires")
+    if unknown := [feature for feature in required if feature not in KNOWN_FEATURES]:
+        raise _UnsupportedVersionError(
+            f"this pack requires {', '.join(map(repr, unknown))}, which this shardpipe cannot read "
+            f"(it knows {', '.join(KNOWN_FEATURES)}); upgrade shardpipe"
+        )
+    if ("compression" in required) != compressed:
+        raise ValueError(
+            f"requires {required!r} disagrees with the compression it records "
+            f"({'some' if compressed else 'none'}): the manifest was edited; repack"
+        )
+
+
+def check_inside(path: str, what: str) -> str:
+    """``path`` if it names a file inside the dataset (relative, no ``..``); raises ``ValueError``."""
+    parts = PurePosixPath(path).parts
+    if not parts or path.startswith("/") or ".." in parts or "\\" in path or "\x00" in path:
+        raise ValueError(f"{what}: the path {path!r:.80} must be relative inside the dataset")
+    return path
+
+
 def content_digest(data: dict[str, Any]) -> str:
     """sha256 of a manifest's JSON content without its own digest, independent of key order and spacing."""
     content = {key: value for key, value in data.items() if key != DIGEST_KEY}
@@ -235,6 +286,12 @@ def content_digest(data: dict[str, Any]) -> str:
 def _expect(value: Any, kind: type, what: str) -> Any:
     if not isinstance(value, kind):
         raise TypeError(f"{what} is {type(value).__name__} {value!r:.60}, expected {kind.__name__}")
+    return value
+
+
+def _keys_checksum(value: Any, where: str) -> str | None:
+    if value is not None and not (isinstance(value, str) and re.fullmatch("[0-9a-f]{16}", value)):
+        raise ValueError(f"{where}: keys_xxh3 is {value!r:.60}, expected 16 hex digits")
     return value
 
 

@@ -6,15 +6,17 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from shardpipe.errors import DataError
+from shardpipe.formats.compression import FieldCodec
 from shardpipe.manifest import (
     DIGEST_KEY,
-    MANIFEST_VERSION,
+    PLAIN_VERSION,
     Manifest,
     ShardEntry,
     content_digest,
@@ -38,7 +40,7 @@ def small_manifest(fmt: str = "tar") -> Manifest:
 
 
 def write_json(tmp_path: Path, data: dict[str, Any], *, redigest: bool = True) -> Path:
-    if redigest and data.get("manifest_version") == 2:
+    if redigest and data.get("manifest_version") in (2, 3):
         data[DIGEST_KEY] = content_digest(data)
     (tmp_path / "manifest.json").write_text(json.dumps(data))
     return tmp_path
@@ -49,7 +51,7 @@ def test_round_trip_writes_version_2(tmp_path: Path, fmt: str) -> None:
     manifest = small_manifest(fmt)
     write_manifest(open_store(tmp_path), manifest)
     data = json.loads((tmp_path / "manifest.json").read_text())
-    assert data["manifest_version"] == MANIFEST_VERSION == 2
+    assert data["manifest_version"] == PLAIN_VERSION == 2 and "requires" not in data  # no feature needed
     assert (data["index_version"], data["sample_checksum"]) == (2, "xxh3_64")
     assert data[DIGEST_KEY] == content_digest(data)
     assert load_manifest(tmp_path) == manifest
@@ -100,7 +102,7 @@ _DELETE = object()
 @pytest.mark.parametrize(
     ("path", "value", "message"),
     [
-        (("manifest_version",), 3, "version 3 is not supported"),
+        (("manifest_version",), 4, "version 4 is not supported"),
         (("manifest_version",), "2", "version '2' is not supported"),
         (("format",), "zip", "format 'zip'"),
         (("format",), _DELETE, "missing entry 'format'"),
@@ -113,6 +115,8 @@ _DELETE = object()
         (("splits", "train", "shards", 0, "path"), "/etc/passwd", "relative"),
         (("splits", "train", "shards", 0, "path"), "../x.tar", "relative"),
         (("splits", "train", "shards", 0, "index"), None, "has no index"),
+        (("splits", "train", "shards", 0, "index", "path"), "/dev/zero", "index: the path '/dev/zero'"),
+        (("splits", "train", "shards", 0, "index", "path"), "../../../../etc/passwd", "relative inside"),
         (("splits", "train", "shards", 0, "index"), "x", "index is str"),
         (("splits", "train", "shards"), {}, "shards is dict"),
         (("splits",), [], "splits is list"),
@@ -174,3 +178,33 @@ def test_a_version_1_dataset_still_reads(tmp_path: Path, fmt: str) -> None:
     downgrade_to_v1(root)
     assert load_manifest(root).manifest_version == 1
     assert list(ShardedDataset(root, "train", shuffle=False)) == before
+
+
+def compressed_manifest() -> Manifest:
+    codec = FieldCodec("zstd", 3, 1 << 20, "compression/bin.zdict", SHA)
+    return replace(small_manifest(), compression={"bin": codec})
+
+
+def test_a_pack_says_which_features_a_reader_needs(tmp_path: Path) -> None:
+    """Compression needs version 3 and says so, so a release that reads only version 2 refuses the pack
+    instead of returning zstd frames as data; a feature this shardpipe does not know is refused by name."""
+    write_manifest(open_store(tmp_path), compressed_manifest())
+    data = json.loads((tmp_path / "manifest.json").read_text())
+    assert (data["manifest_version"], data["requires"]) == (3, ["compression"])
+    assert load_manifest(tmp_path) == compressed_manifest()
+    write_json(tmp_path, {**data, "requires": ["compression", "tokens"]})
+    with pytest.raises(DataError, match="requires 'tokens', which this shardpipe cannot read"):
+        load_manifest(tmp_path)
+    without = {key: value for key, value in data.items() if key != "compression"}
+    write_json(tmp_path, without)  # compression removed by hand, the digest recomputed
+    with pytest.raises(DataError, match="disagrees with the compression it records"):
+        load_manifest(tmp_path)
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "../../etc/passwd", "compression/../../x"])
+def test_a_dictionary_path_outside_the_dataset_is_refused(tmp_path: Path, path: str) -> None:
+    data = compressed_manifest().to_json()
+    data["compression"]["bin"]["dictionary"]["path"] = path
+    write_json(tmp_path, data)
+    with pytest.raises(DataError, match=r"the dictionary of field 'bin': the path .* relative inside"):
+        load_manifest(tmp_path)

@@ -10,6 +10,7 @@ process.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -18,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from loaders.cache import DEFAULT_PREFETCH, ShardCache, ShardRef
+from shardpipe.formats.compression import MAX_DICTIONARY_BYTES
 from shardpipe.formats.layout import ShardIndex, index_bytes
 from shardpipe.manifest import Manifest, ShardEntry, dataset_location, read_manifest
 from shardpipe.storage import Store
+from shardpipe.storage.files import read_regular
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,17 +80,22 @@ class DatasetSource:
             # Indexes go through the node cache too: fetched once per node, not once per worker and epoch.
             with self._cache.local(ref.path, ref.sha256, ref.num_bytes) as path:
                 return ShardIndex.read(path, entry.num_samples, fields, version=version, sha256=sha256)
-        data = self._store.read(entry.index_path)
+        size = index_bytes(entry.num_samples, len(fields), version)
+        data = self._store.read_range(entry.index_path, 0, size + 1)  # a longer object fails the size check
         name = f"{self.display}/{entry.index_path}"
         return ShardIndex.from_bytes(
             data, entry.num_samples, fields, version=version, sha256=sha256, name=name
         )
 
-    def read_file(self, relpath: str) -> bytes:
-        """A small file of the dataset (a compression dictionary), read whole, local or remote."""
+    def read_file(self, relpath: str, limit: int = MAX_DICTIONARY_BYTES) -> bytes:
+        """A small file of the dataset (a compression dictionary), local or remote, read whole but never
+        past ``limit`` bytes, and locally only from a regular file (``OSError`` otherwise)."""
         if self._store is None:
-            return (self.root / relpath).read_bytes()
-        return self._store.read(relpath)
+            return read_regular(self.root / relpath, limit)
+        data = self._store.read_range(relpath, 0, limit + 1)
+        if len(data) > limit:
+            raise OSError(errno.EFBIG, f"more than the {limit:,} bytes it may hold", relpath)
+        return data
 
     @contextmanager
     def shard(self, entry: ShardEntry) -> Iterator[Path]:

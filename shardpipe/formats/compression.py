@@ -41,6 +41,8 @@ DICTIONARY_MEAN_BYTES = 16 * 1024
 """A field whose sampled values are at most this long on average gets a dictionary (zstd gains little
 from one on larger values, and loses much without one on small values)."""
 DICTIONARY_BYTES = 32 * 1024
+MAX_DICTIONARY_BYTES = 1 << 20
+"""A dictionary file longer than this is refused unread (shardpipe trains them at ``DICTIONARY_BYTES``)."""
 SAMPLE_COUNT = 2000
 SAMPLE_BYTES = 8 << 20
 """The training sample: at most this many values, and about this many bytes, of each field."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,9 +31,35 @@ import xxhash
 
 from shardpipe.errors import DataError
 from shardpipe.formats.terms import INDEX_VERSION, INDEX_VERSIONS, Span
+from shardpipe.storage.files import read_regular
 
 checksum = xxhash.xxh3_64_intdigest
 """The per-sample checksum named by ``CHECKSUM_NAME``."""
+
+
+class KeysChecksum:
+    """The checksum of a shard's keys in order (xxh3_64 of each key's UTF-8 bytes, length-prefixed), as
+    the manifest records it: a key read from its own bytes, without the rest of its sample, is checked by
+    it. Fed as the keys are written or read."""
+
+    def __init__(self) -> None:
+        self._digest = xxhash.xxh3_64()
+
+    def update(self, keys: Iterable[str | bytes]) -> None:
+        for key in keys:
+            raw = key.encode() if isinstance(key, str) else key
+            self._digest.update(len(raw).to_bytes(4, "little"))
+            self._digest.update(raw)
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
+
+
+def keys_checksum(keys: Iterable[str | bytes]) -> str:
+    """:class:`KeysChecksum` of ``keys``."""
+    digest = KeysChecksum()
+    digest.update(keys)
+    return digest.hexdigest()
 NO_SPAN = 2**64 - 1
 PARSE = 2**64 - 2
 OFFSET, KEY_START, KEY_STOP, CHECKSUM = 0, 1, 2, 3
@@ -159,8 +185,8 @@ class ShardIndex:
     ) -> ShardIndex:
         """Load and check an index file: against ``sha256`` (the manifest's) when given, then its shape
         and that every span lies inside its sample, so no reader ever slices with a damaged index."""
-        try:
-            data = Path(path).read_bytes()
+        try:  # never past the size the index must have, and only from a regular file
+            data = read_regular(path, index_bytes(num_samples, len(fields), version))
         except OSError as exc:
             raise DataError(f"cannot read index {path}: {exc}") from exc
         return cls.from_bytes(data, num_samples, fields, version=version, sha256=sha256, name=str(path))

@@ -17,6 +17,7 @@ from typing import Any
 from shardpipe.errors import DataError
 from shardpipe.formats import get_format
 from shardpipe.formats.compression import FieldCompressor
+from shardpipe.formats.layout import KeysChecksum
 from shardpipe.formats.terms import Column
 from shardpipe.manifest import ShardEntry
 from shardpipe.packing.plan import ShardJob, cut_runs
@@ -102,6 +103,7 @@ class ShardFile:
         self._held = 0
         self._ended = False
         self.num_samples = 0
+        self._keys = KeysChecksum()  # the manifest's checksum of the shard's keys
 
     def __enter__(self) -> ShardFile:
         return self
@@ -116,6 +118,7 @@ class ShardFile:
             columns = self._compressor.compress(names, columns)
         self._writer.write_batch(keys, names, columns)
         self.num_samples += len(keys)
+        self._keys.update(keys)
 
     def add(self, key: str, values: Sequence[bytes], size: int) -> None:
         """Add one sample: its ``fields``' values in order, and their ``size`` in bytes."""
@@ -124,6 +127,7 @@ class ShardFile:
         self._rows.append((key, *values))
         self._held += size
         self.num_samples += 1
+        self._keys.update((key,))
 
     def _flush(self) -> None:
         if self._rows:
@@ -150,7 +154,8 @@ class ShardFile:
                 index_sha256 = self._out.put(index_path, index.to_bytes())
             sha256, num_bytes = sha256_file(self._temp), self._temp.stat().st_size
             self._out.publish(self.relpath, self._temp, sha256)
-        return ShardEntry(self.relpath, self.num_samples, num_bytes, sha256, index_path, index_sha256)
+        keys = self._keys.hexdigest()
+        return ShardEntry(self.relpath, self.num_samples, num_bytes, sha256, index_path, index_sha256, keys)
 
 
 def load_batches(

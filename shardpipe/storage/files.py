@@ -7,11 +7,13 @@ directory entry is synced so the rename itself survives a crash.
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import os
+import stat
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 TEMP_MARK = ".tmp-"
 _SYNC_FILE_RANGE_WRITE = 2
@@ -22,9 +24,34 @@ def temp_path(final: Path) -> Path:
     return final.with_name(f"{final.name}{TEMP_MARK}{os.getpid()}")
 
 
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """``path`` opened for reading, refused (``OSError``) unless it is a regular file: where a dataset names
+    a file, a FIFO would block its reader for ever and a device would read without end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens at once, unread
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, a device or a folder)", os.fspath(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
+    """A regular file's bytes (see :func:`open_regular`), refused where it holds more than ``limit``."""
+    with open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise OSError(
+                errno.EFBIG, f"{size:,} bytes, more than the {limit:,} it may hold", os.fspath(path)
+            )
+        return f.read(limit)
+
+
 def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while chunk := f.read(chunk_size):
             digest.update(chunk)
     return digest.hexdigest()

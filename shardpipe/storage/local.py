@@ -17,7 +17,7 @@ from typing import BinaryIO, TypeVar
 
 from shardpipe.errors import CorruptShardError
 from shardpipe.storage.base import AccessDeniedError, ObjectNotFoundError
-from shardpipe.storage.files import fsync_file, publish, sweep_temporaries, temp_path
+from shardpipe.storage.files import fsync_file, open_regular, publish, sweep_temporaries, temp_path
 from shardpipe.storage.ranges import coalesce_ranges, slice_blocks
 
 T = TypeVar("T")
@@ -62,10 +62,14 @@ class LocalStore:
         return {key: self.local_path(key).stat().st_size for key in self.list_keys(prefix)}
 
     def open(self, key: str) -> BinaryIO:
-        return self._call(key, lambda p: p.open("rb"))
+        return self._call(key, open_regular)
 
     def read(self, key: str) -> bytes:
-        return self._call(key, lambda p: p.read_bytes())
+        def read_all(path: Path) -> bytes:
+            with open_regular(path) as f:
+                return f.read()
+
+        return self._call(key, read_all)
 
     def read_range(self, key: str, start: int, stop: int) -> bytes:
         return self.read_ranges(key, [(start, stop)])[0]

@@ -21,7 +21,7 @@ import numpy as np
 
 from shardpipe.errors import DataError, UsageError
 from shardpipe.formats import FORMAT_INFO, get_format
-from shardpipe.formats.layout import SampleLayout, ShardIndex, shard_checksums
+from shardpipe.formats.layout import SampleLayout, ShardIndex, keys_checksum, shard_checksums
 from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, write_manifest
 from shardpipe.progress import Progress
 from shardpipe.storage import Store, local_copy, open_writable_store
@@ -66,7 +66,7 @@ def index(
         )
     fmt = get_format(formats.pop())
     progress = Progress("index", sum(len(k) for k in splits.values()), unit="shards", quiet=quiet)
-    scanned: dict[str, tuple[int, int, str, list[SampleLayout], int, np.ndarray]] = {}
+    scanned: dict[str, tuple[int, int, str, list[SampleLayout], int, np.ndarray, str]] = {}
     for key in (key for keys in splits.values() for key in keys):
         with local_copy(store, key) as path:
             keys, layouts, end = fmt.scan(path)
@@ -78,21 +78,23 @@ def index(
                 layouts,
                 end,
                 shard_checksums(path, layouts, end),
+                keys_checksum(keys),
             )
         progress.update(1, size)
     progress.close()
     fields = tuple(
-        sorted({name for *_, layouts, _, _ in scanned.values() for s in layouts for name in s.fields})
+        sorted({name for *_, layouts, _, _, _ in scanned.values() for s in layouts for name in s.fields})
     )
     entries: dict[str, tuple[ShardEntry, ...]] = {}
     for split, keys in splits.items():
         split_entries = []
         for key in keys:  # indexes are written once every shard is scanned: their columns are all fields
-            num_samples, size, sha256, layouts, end, checksums = scanned[key]
+            num_samples, size, sha256, layouts, end, checksums, of_keys = scanned[key]
             index_data = ShardIndex.build(layouts, end, fields, checksums).to_bytes()
             store.put(f"{key}.idx", index_data)
             digest = hashlib.sha256(index_data).hexdigest()
-            split_entries.append(ShardEntry(key, num_samples, size, sha256, f"{key}.idx", digest))
+            entry = ShardEntry(key, num_samples, size, sha256, f"{key}.idx", digest, of_keys)
+            split_entries.append(entry)
         entries[split] = tuple(split_entries)
     manifest = Manifest(
         format=fmt.name,
