@@ -1,10 +1,13 @@
 """The child process of ``test_fuzz``: damages packed datasets and reads them back, one case at a time.
 
-Run as ``python -m tests.fuzz_worker BASE SEED FIRST COUNT``: BASE holds one packed dataset per format
-(``BASE/<format>``) and ``BASE/expected.json``. For each case ``FIRST <= i < FIRST + COUNT`` it prints
-``begin i``, copies one dataset, damages one of its files as ``(SEED, i)`` decide, reads the whole split
-through ``loaders.ShardedDataset`` and runs ``verify``, then prints ``result <json>``. A case that kills
-the process (a fault in native code) or hangs is named by the last ``begin`` line its parent saw.
+Run as ``python -m tests.fuzz_worker BASE SEED FIRST COUNT``: BASE holds the packed datasets of
+``DATASETS`` (``BASE/<name>``: one per format, and one with compressed fields and their dictionaries)
+and ``BASE/expected.json``. For each case ``FIRST <= i < FIRST + COUNT`` it prints ``begin i``, copies one
+dataset, damages it as ``(SEED, i)`` decide (bytes of a file, a key's bytes, a path the manifest names,
+or a file replaced by a FIFO or a link to a device), reads the whole split through
+``loaders.ShardedDataset``, looks samples up by position and by key through ``ShardedMapDataset``, and
+runs ``verify``, then prints ``result <json>``. A case that kills the process (a fault in native code) or
+hangs is named by the last ``begin`` line its parent saw.
 """
 
 from __future__ import annotations
@@ -22,30 +25,92 @@ from typing import Any
 
 from shardpipe.errors import ShardpipeError
 
-FORMATS = ("lmdb", "tar", "tfrecord")
+DATASETS = {"lmdb": "lmdb", "tar": "tar", "tfrecord": "tfrecord", "zstd": "tfrecord"}
+"""Each packed dataset and its format; ``zstd`` stores its fields compressed, with dictionaries."""
 DAMAGES = ("flip", "zero", "truncate", "append")
+KEY_DAMAGES = ("high bit", "low bit")
+PATH_DAMAGES = ("/dev/zero", "../../../../etc/passwd", "/etc/passwd")
+SPECIAL_DAMAGES = ("fifo", "link to /dev/zero")
 
 
 def plan_case(base: Path, seed: int, case: int) -> dict[str, Any]:
-    """Which format, file and damage case ``case`` of ``seed`` is: the same on every run."""
+    """Which dataset, file and damage case ``case`` of ``seed`` is: the same on every run."""
     rng = random.Random(f"{seed}:{case}")
-    fmt = FORMATS[case % len(FORMATS)]  # every format equally often
-    root = base / fmt
+    name = list(DATASETS)[case % len(DATASETS)]  # every dataset equally often
+    root = base / name
     files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    named = [f for f in files if f.endswith((".idx", ".zdict"))]  # the files a manifest names but shards
     kinds = {
         "manifest": [f for f in files if f == "manifest.json"],
         "index": [f for f in files if f.endswith(".idx")],
-        "shard": [f for f in files if f != "manifest.json" and not f.endswith(".idx")],
+        "dictionary": [f for f in files if f.endswith(".zdict")],
+        "shard": [f for f in files if f != "manifest.json" and f not in named],
+        "key": [f for f in files if f.endswith((".tar", ".tfrecord"))],  # keys located by the index
+        "path": named,  # the manifest points it elsewhere (its digest recomputed)
+        "special": named,  # the file becomes a FIFO, or a link to a device
     }
     kind = rng.choice([k for k, v in kinds.items() if v])
+    damages = {"key": KEY_DAMAGES, "path": PATH_DAMAGES, "special": SPECIAL_DAMAGES}.get(kind, DAMAGES)
     return {
         "case": case,
-        "format": fmt,
+        "format": name,
         "kind": kind,
         "file": rng.choice(kinds[kind]),
-        "damage": rng.choice(DAMAGES),
+        "damage": rng.choice(damages),
         "seed": rng.getrandbits(32),
     }
+
+
+def damage_case(root: Path, plan: dict[str, Any]) -> str:
+    """Apply the planned damage to the dataset at ``root``; return what was done."""
+    path = root / plan["file"]
+    if plan["kind"] == "key":
+        return damage_key(root, plan["file"], plan["damage"], plan["seed"])
+    if plan["kind"] == "path":
+        return repoint(root, plan["file"], plan["damage"])
+    if plan["kind"] == "special":
+        path.unlink()
+        if plan["damage"] == "fifo":
+            os.mkfifo(path)
+        else:
+            path.symlink_to("/dev/zero")
+        return f"{plan['file']} is now a {plan['damage']}"
+    return damage(path, plan["damage"], plan["seed"])
+
+
+def damage_key(root: Path, shard: str, how: str, seed: int) -> str:
+    """Flip one bit of one sample's key bytes, found through the shard's index."""
+    from shardpipe.formats.layout import ShardIndex
+    from shardpipe.manifest import load_manifest
+
+    manifest = load_manifest(root)
+    entry = next(e for split in manifest.splits.values() for e in split if e.path == shard)
+    index = ShardIndex.read(root / str(entry.index_path), entry.num_samples, manifest.fields)
+    rng = random.Random(seed)
+    plain = [i for i in range(entry.num_samples) if index.key_starts[i] < index.key_stops[i]]  # not PAX
+    sample = rng.choice(plain)
+    start, stop = int(index.key_starts[sample]), int(index.key_stops[sample])
+    raw = bytearray((root / shard).read_bytes())
+    at = rng.randrange(start, stop)
+    raw[at] ^= 0x80 if how == "high bit" else 1 << rng.randrange(7)
+    (root / shard).write_bytes(bytes(raw))
+    return f"sample {sample}'s key, byte {at}: {how} flipped"
+
+
+def repoint(root: Path, named: str, target: str) -> str:
+    """Point the manifest's entry for ``named`` (an index or a dictionary) at ``target``, recomputing the
+    manifest's digest as a hand edit would."""
+    from shardpipe.manifest import DIGEST_KEY, content_digest
+
+    data = json.loads((root / "manifest.json").read_text())
+    entries = [shard.get("index") for split in data["splits"].values() for shard in split["shards"]]
+    entries += [codec.get("dictionary") for codec in data.get("compression", {}).values()]
+    for entry in entries:
+        if entry is not None and entry["path"] == named:
+            entry["path"] = target
+    data[DIGEST_KEY] = content_digest(data)
+    (root / "manifest.json").write_text(json.dumps(data))
+    return f"the manifest points {named} at {target}"
 
 
 def damage(path: Path, how: str, seed: int) -> str:
@@ -76,10 +141,14 @@ def damage(path: Path, how: str, seed: int) -> str:
     return detail
 
 
-def read_all(root: Path) -> list[dict[str, Any]]:
-    from loaders import ShardedDataset
+def read_all(root: Path, keys: list[str]) -> list[dict[str, Any]]:
+    """The split streamed, then the samples of ``keys`` looked up by key and by position."""
+    from loaders import ShardedDataset, ShardedMapDataset
 
-    return list(ShardedDataset(root, "train", shuffle=False))
+    streamed = list(ShardedDataset(root, "train", shuffle=False))
+    with ShardedMapDataset(root, "train") as ds:
+        looked_up = [ds.get(key) for key in keys] + [ds[-1], ds[0]]
+    return streamed + looked_up
 
 
 def run_case(base: Path, plan: dict[str, Any], expected: dict[str, dict[str, str]]) -> dict[str, Any]:
@@ -89,9 +158,10 @@ def run_case(base: Path, plan: dict[str, Any], expected: dict[str, dict[str, str
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "data"
         shutil.copytree(base / plan["format"], root)
-        result["detail"] = damage(root / plan["file"], plan["damage"], plan["seed"])
+        result["detail"] = damage_case(root, plan)
+        keys = random.Random(plan["seed"]).sample(sorted(expected), 3)
         try:
-            samples = read_all(root)
+            samples = read_all(root, keys)
         except ShardpipeError as exc:
             result["read"] = "error"
             result["error"] = f"{type(exc).__name__}: {exc}"
@@ -102,7 +172,7 @@ def run_case(base: Path, plan: dict[str, Any], expected: dict[str, dict[str, str
             got = {
                 s["__key__"]: {k: v.hex() for k, v in s.items() if not k.startswith("__")} for s in samples
             }
-            same = len(samples) == len(expected) and got == expected
+            same = len(samples) == len(expected) + len(keys) + 2 and got == expected
             result["read"] = "identical" if same else "silent difference"
         try:
             problems = verify(root, quiet=True)

@@ -1,9 +1,12 @@
 """Seeded fuzz: damaged datasets never reach the model silently and fail only with shardpipe's errors.
 
-Small datasets are packed in every format; each case damages one file (a shard, its ``.idx`` or the
-manifest) by flipping or zeroing bytes, truncating it or appending junk, then reads the whole split
-through ``ShardedDataset`` and runs ``verify``. Cases run in a child process (``tests.fuzz_worker``), so
-a fault in native code or a hang fails the test naming the case instead of killing pytest.
+Small datasets are packed in every format, and one with compressed fields and dictionaries; each case
+damages one file (a shard, its ``.idx``, a dictionary or the manifest) by flipping or zeroing bytes,
+truncating it or appending junk, or flips a bit of one key, points the manifest at a file outside the
+dataset, or turns an index or dictionary into a FIFO or a link to a device. It then reads the whole split
+through ``ShardedDataset``, looks samples up by key and by position, and runs ``verify``. Cases run in a
+child process (``tests.fuzz_worker``), so a fault in native code or a hang fails the test naming the case
+instead of killing pytest.
 
 ``SHARDPIPE_FUZZ_CASES`` (default 400) and ``SHARDPIPE_FUZZ_SEED`` (default 0) make a longer local run:
 ``SHARDPIPE_FUZZ_CASES=1000 SHARDPIPE_FUZZ_SEED=7 pytest tests/test_fuzz.py``.
@@ -24,7 +27,7 @@ from click.testing import CliRunner
 
 from shardpipe.cli import main
 from tests.datagen import payload
-from tests.fuzz_worker import FORMATS
+from tests.fuzz_worker import DATASETS
 
 NUM_CASES = int(os.environ.get("SHARDPIPE_FUZZ_CASES", "400"))
 SEED = int(os.environ.get("SHARDPIPE_FUZZ_SEED", "0"))
@@ -54,11 +57,12 @@ def make_source(src: Path) -> dict[str, dict[str, str]]:
 def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("fuzz")
     expected = make_source(base / "src")
-    for fmt in FORMATS:
-        result = CliRunner().invoke(
-            main, ["pack", str(base / "src"), str(base / fmt), "--format", fmt, "--max-samples", "16", "-q"]
-        )
+    for name, fmt in DATASETS.items():
+        options = ["--compress", "zstd", "--compress-fields", "bin,txt"] if name == "zstd" else []
+        command = ["pack", str(base / "src"), str(base / name), "--format", fmt, "--max-samples", "16", "-q"]
+        result = CliRunner().invoke(main, [*command, *options])
         assert result.exit_code == 0, result.output
+    assert list((base / "zstd" / "compression").glob("*.zdict"))  # the dictionaries are damaged too
     (base / "expected.json").write_text(json.dumps(expected))
     return base
 
@@ -128,7 +132,7 @@ def test_damage_is_an_error_never_silent_nor_foreign(base: Path) -> None:
         map(json.dumps, undetected)
     )
     # the harness itself can fail: damage must be caught on read in most cases, and reach every format
-    caught = {fmt: sum(r["read"] == "error" for r in results if r["format"] == fmt) for fmt in FORMATS}
+    caught = {name: sum(r["read"] == "error" for r in results if r["format"] == name) for name in DATASETS}
     assert all(count > 0 for count in caught.values()), caught
     assert sum(caught.values()) > NUM_CASES // 2, caught
 
