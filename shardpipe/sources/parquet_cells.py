@@ -128,9 +128,10 @@ def blob_cells(column: Any, rule: ColumnRule, where: RowPlace) -> tuple[list[str
         if not ok or value is None:
             if ok and path is not None:
                 raise DataError(
-                    f"{where.row(index)}, column {rule.column!r}: no bytes, only the path {path!r}; a "
-                    "Parquet dataset must hold its files' bytes (datasets' push_to_hub and to_parquet "
-                    "embed them)"
+                    f"{where.row(index)}, column {rule.column!r}: no bytes, only the path {path!r}; the "
+                    "dataset must hold its files' bytes. datasets' to_parquet keeps only paths (push_to_hub "
+                    "and save_to_disk embed the bytes): embed them with ds = ds.with_format('arrow').map("
+                    "datasets.table.embed_table_storage, batched=True), then save it again"
                 )
             names.append(None)
             cells.append(None)

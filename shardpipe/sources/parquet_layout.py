@@ -2,8 +2,10 @@
 
 A folder (local, or an object-store prefix) is a Parquet dataset when it holds ``.parquet`` files and
 nothing else but side files (:data:`SIDE_FIELDS`: a README, JSON metadata, a LICENSE): the layout that
-Hugging Face's hub serves and ``huggingface-cli download`` fetches, and that Spark or pandas write
+Hugging Face's hub serves and ``hf download`` fetches, and that Spark or pandas write
 (``part-00000.snappy.parquet``). Hidden names (``.gitattributes``, ``.cache/``) are skipped, as in a tree.
+A folder of ``.arrow`` files and JSON side files is what ``datasets``' ``save_to_disk`` writes: read the
+same way (:mod:`.arrow_files`), each file's split being its folder (a ``DatasetDict``'s split folders).
 
 A file's split (:func:`split_of`), first rule that applies:
 
@@ -44,12 +46,14 @@ _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 def parquet_files(grouped: Grouped) -> list[tuple[str, str]] | None:
     """``(relative path, cell)`` of every Parquet file of a scanned folder, sorted by path, when the folder
-    is a Parquet dataset (see the module docstring); None when it is a tree of samples."""
-    parquet = [name for name in grouped if name == "parquet" or name.endswith(".parquet")]
-    if not parquet or any(name not in SIDE_FIELDS for name in grouped if name not in parquet):
-        return None
-    files = [(f"{key}.{name}", cell) for name in parquet for key, (cell, _) in grouped[name].items()]
-    return sorted((relpath, str(cell)) for relpath, cell in files)
+    is a Parquet dataset (see the module docstring), or of every Arrow file when it is what ``datasets``'
+    ``save_to_disk`` writes (Arrow files beside JSON side files); None when it is a tree of samples."""
+    for kind in ("parquet", "arrow"):
+        tables = [name for name in grouped if name == kind or name.endswith(f".{kind}")]
+        if tables and all(name in SIDE_FIELDS for name in grouped if name not in tables):
+            files = [(f"{key}.{name}", cell) for name in tables for key, (cell, _) in grouped[name].items()]
+            return sorted((relpath, str(cell)) for relpath, cell in files)
+    return None
 
 
 def readme_cell(grouped: Grouped) -> str | None:
@@ -59,8 +63,12 @@ def readme_cell(grouped: Grouped) -> str | None:
 
 
 def split_of(relpath: str) -> str:
-    """The split of the Parquet file at ``relpath`` (relative to the dataset folder): the module's rules."""
+    """The split of the Parquet file at ``relpath`` (relative to the dataset folder): the module's rules.
+    An Arrow file written by ``save_to_disk`` is in its split's folder (``DatasetDict``), else ``train``
+    (a ``Dataset`` saved alone names its split in ``state.json``, which the scan reads)."""
     *folders, name = relpath.split("/")
+    if name.lower().endswith(".arrow"):
+        return folders[-1] if folders else "train"
     stem = name.split(".", 1)[0]
     pushed = _PUSHED.match(stem)
     if pushed:

@@ -1,9 +1,9 @@
-"""A Parquet dataset's files as their footers describe them, and the read of one piece: what a pack's
+"""A table dataset's files as their footers describe them, and the read of one piece: what a pack's
 worker runs (:func:`read_table_piece`), picklable in and out.
 
-A piece is a run of one file's row groups; its rows' keys are their positions in their split (or a key
-column's cells), and each kept column's cells become field bytes (:mod:`.parquet_cells`). A bad row raises,
-named by its file and its row in that file.
+A piece is a run of one file's row groups (an Arrow IPC file's record batches, :mod:`.arrow_files`); its
+rows' keys are their positions in their split (or a key column's cells), and each kept column's cells
+become field bytes (:mod:`.parquet_cells`). A bad row raises, named by its file and its row in that file.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardpipe.errors import DataError
+from shardpipe.sources.arrow_files import arrow_layout, is_arrow, read_arrow_batches
 from shardpipe.sources.list_piece import ListSource, open_parquet
 from shardpipe.sources.parquet_cells import RowPlace, blob_cells, field_cells, key_cells
 from shardpipe.sources.parquet_columns import ColumnRule
@@ -64,24 +65,30 @@ class TablePieceRows:
     cells: list[list[bytes | None]]
 
 
-def read_footer(relpath: str, location: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, ...]:
-    """``(TableFile, schema without metadata, schema metadata)`` of one file, from its footer only."""
-    source = ListSource(location, "parquet", storage_options=storage_options)
-    try:
-        with open_parquet(source) as parquet:
-            metadata = parquet.metadata
-            schema = parquet.schema_arrow
-    except (OSError, ValueError) as exc:  # pyarrow.ArrowInvalid is a ValueError
-        raise DataError(f"cannot read Parquet file {source.shown}: {exc}") from exc
-    rows, sizes = [], []
-    for index in range(metadata.num_row_groups):
-        group = metadata.row_group(index)
-        rows.append(group.num_rows)
-        sizes.append(sum(group.column(c).total_compressed_size for c in range(group.num_columns)))
+def read_footer(
+    relpath: str, location: str, storage_options: Mapping[str, Any] | None, split: str | None = None
+) -> tuple[Any, ...]:
+    """``(TableFile, schema without metadata, schema metadata)`` of one file, from its footer only (an
+    Arrow file's batches are counted); ``split`` overrides the one its path gives."""
+    if is_arrow(location):
+        schema, rows, sizes = arrow_layout(location, storage_options)
+    else:
+        source = ListSource(location, "parquet", storage_options=storage_options)
+        try:
+            with open_parquet(source) as parquet:
+                metadata = parquet.metadata
+                schema = parquet.schema_arrow
+        except (OSError, ValueError) as exc:  # pyarrow.ArrowInvalid is a ValueError
+            raise DataError(f"cannot read Parquet file {source.shown}: {exc}") from exc
+        rows, sizes = [], []
+        for index in range(metadata.num_row_groups):
+            group = metadata.row_group(index)
+            rows.append(group.num_rows)
+            sizes.append(sum(group.column(c).total_compressed_size for c in range(group.num_columns)))
     found = TableFile(
         relpath=relpath,
         location=location,
-        split=split_of(relpath),
+        split=split or split_of(relpath),
         group_rows=tuple(rows),
         group_bytes=tuple(sizes),
     )
@@ -95,14 +102,17 @@ def read_table_piece(piece: TablePiece) -> TablePieceRows:
 
     source = ListSource(piece.file.location, "parquet", storage_options=piece.storage_options)
     wanted = [rule.column for rule in piece.rules] + ([piece.key_column] if piece.key_column else [])
-    try:
-        with open_parquet(source) as parquet:
-            table = parquet.read_row_groups(list(range(*piece.groups)), columns=wanted)
-    except (OSError, ValueError) as exc:
-        raise DataError(
-            f"cannot read Parquet file {piece.file.shown} "
-            f"(row groups {piece.groups[0]}-{piece.groups[1]}): {exc}"
-        ) from exc
+    if is_arrow(piece.file.location):
+        table = read_arrow_batches(piece.file.location, piece.storage_options, *piece.groups, wanted)
+    else:
+        try:
+            with open_parquet(source) as parquet:
+                table = parquet.read_row_groups(list(range(*piece.groups)), columns=wanted)
+        except (OSError, ValueError) as exc:
+            raise DataError(
+                f"cannot read Parquet file {piece.file.shown} "
+                f"(row groups {piece.groups[0]}-{piece.groups[1]}): {exc}"
+            ) from exc
     where = RowPlace(piece.file.shown, piece.first_row)
     if piece.key_column is None:
         split, first = piece.file.split, piece.first_position

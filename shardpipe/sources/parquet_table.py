@@ -90,16 +90,23 @@ def scan_parquet_dataset(
     key_column: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     pool: Executor | None = None,
+    top_split: str | None = None,
 ) -> TableScan:
-    """Scan the Parquet files ``(relative path, path or URL)`` of one dataset (``readme``: its card's text).
+    """Scan the Parquet (or Arrow) files ``(relative path, path or URL)`` of one dataset (``readme``: its
+    card's text; ``top_split``: the split of files at the top, where a saved dataset names it).
 
     The footers are read first (on ``pool`` when given): every file must have the same columns, and
     every column a usable type, before any row is read. The pieces are read on ``pool`` too."""
     field_map = dict(field_map or {})
+    given = [top_split if "/" not in relpath else None for relpath, _ in files]
     if pool is not None and len(files) > 1:
-        footers = list(pool.map(read_footer, *zip(*files, strict=True), [storage_options] * len(files)))
+        options = [storage_options] * len(files)
+        footers = list(pool.map(read_footer, *zip(*files, strict=True), options, given))
     else:
-        footers = [read_footer(relpath, location, storage_options) for relpath, location in files]
+        footers = [
+            read_footer(relpath, location, storage_options, split)
+            for (relpath, location), split in zip(files, given, strict=True)
+        ]
     first_file, schema, metadata = footers[0]
     for other, other_schema, _ in footers[1:]:
         if not other_schema.equals(schema):

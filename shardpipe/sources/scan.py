@@ -3,12 +3,15 @@ dataset, wherever it lives, every sample checked to have the same fields.
 
 Which one a source is: a folder (or an object-store prefix) is a tree, unless its files are Parquet
 files and side files only (:func:`~shardpipe.sources.parquet_layout.parquet_files`): then a Parquet
-dataset. A ``.parquet`` file is a file list when it has a ``key`` column and no features written by
-Hugging Face's ``datasets``, else a Parquet dataset of its own; ``.csv`` and ``.jsonl`` files are lists.
+dataset; or Arrow files and JSON side files, as ``datasets``' ``save_to_disk`` writes them: read as a
+Parquet dataset is. A ``.parquet`` file is a file list when it has a ``key`` column and no features
+written by Hugging Face's ``datasets``, else a Parquet dataset of its own; an ``.arrow`` file is a dataset
+of its own; ``.csv`` and ``.jsonl`` files are lists.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Executor
 from operator import itemgetter
@@ -18,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from shardpipe.errors import DataError, UsageError
+from shardpipe.sources.arrow_files import is_arrow
 from shardpipe.sources.file_list import scan_file_list
 from shardpipe.sources.list_piece import KINDS, list_kind
 from shardpipe.sources.parquet_layout import parquet_files, readme_cell
@@ -68,7 +72,7 @@ def scan_source(
         raise UsageError("labels apply to a directory tree; a file list carries its own label column")
     classes, ignored = None, 0
     files: list[tuple[str, str]] | None = None
-    readme = None
+    readme = top_split = None
     if is_tree:
         store = open_store(src, storage_options=storage_options)
         root = store.local_path()
@@ -77,9 +81,12 @@ def scan_source(
         if files is not None:
             cell = readme_cell(grouped)
             readme = None if cell is None else _read_text(cell, storage_options)
+            top_split = _saved_split(grouped, storage_options)
         elif labels is not None:
             classes = add_labels(labels, grouped, shown)
-    elif list_kind(str(src)) == "parquet" and is_parquet_table(str(src), storage_options):
+    elif is_arrow(str(src)) or (
+        list_kind(str(src)) == "parquet" and is_parquet_table(str(src), storage_options)
+    ):
         name = str(src).split("?", 1)[0].rsplit("/", 1)[-1]
         files = [(name, str(src))]
     if files is not None:
@@ -95,6 +102,7 @@ def scan_source(
             key_column=key_column,
             storage_options=storage_options,
             pool=pool,
+            top_split=top_split,
         )
         return _table_scan(found, shown, skip_incomplete)
     if key_column is not None or field_map:
@@ -108,6 +116,17 @@ def scan_source(
         )
     table, skipped = _table(grouped, shown, skip_incomplete)
     return Scan(table, classes, skipped, ignored, "tree" if is_tree else "list")
+
+
+def _saved_split(grouped: Grouped, storage_options: Mapping[str, Any] | None) -> str | None:
+    """The split a ``Dataset`` saved alone by ``save_to_disk`` names in its ``state.json`` (None: none)."""
+    found = grouped.get("json", {}).get("state")
+    text = None if found is None else _read_text(str(found[0]), storage_options)
+    try:
+        split = json.loads(text)["_split"] if text else None
+    except (ValueError, KeyError, TypeError):
+        return None
+    return split if isinstance(split, str) and split else None
 
 
 def _read_text(cell: str, storage_options: Mapping[str, Any] | None) -> str | None:
