@@ -16,7 +16,7 @@ handed out) in the main process, and one worker's own position inside a DataLoad
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from pathlib import Path
@@ -135,6 +135,7 @@ class ShardedDataset(IterableDataset[Sample]):
         shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
         block_size: int | None = None,
         batch_size: int | None = None,
+        fields: Sequence[str] | None = None,
         decode: str | Mapping[str, str | Decoder | ColumnDecoder] | None = None,
         transform: Callable[[Sample], Any] | None = None,
         rank: int | None = None,
@@ -155,7 +156,10 @@ class ShardedDataset(IterableDataset[Sample]):
 
         ``batch_size`` is the batch size of a plain ``DataLoader`` (or torchdata's ``StatefulDataLoader``)
         that reads this dataset with two or more workers: each worker's share is then whole batches, so the
-        loader's ``len`` is exact and equal on every rank. ``make_loader`` sets it itself."""
+        loader's ``len`` is exact and equal on every rank. ``make_loader`` sets it itself.
+
+        ``fields`` reads only these fields (default: every field of the manifest); the others are never
+        copied or decoded, though each sample's checksum still covers its whole record."""
         super().__init__()
         self.source = DatasetSource(path, remote)
         self.manifest: Manifest = self.source.manifest
@@ -177,7 +181,8 @@ class ShardedDataset(IterableDataset[Sample]):
         self.shard_sizes = [s.num_samples for s in self.shards]
         self.format = get_format(self.manifest.format)
         self.rank, self.world_size = get_world(rank, world_size)
-        self.decoders = resolve_decoders(decode, self.manifest.fields)
+        self.fields = selected_fields(self.manifest, fields, self.root)
+        self.decoders = resolve_decoders(decode, self.fields, self.manifest.label_fields)
         self.transform = transform
         self.position = Position()
         self._errors = torch.zeros(MAX_WORKERS, dtype=torch.int64).share_memory_()
@@ -345,7 +350,7 @@ class ShardedDataset(IterableDataset[Sample]):
             self.source.plan([self.shards[i] for k, i in enumerate(order) if k == 0 or order[k - 1] != i])
         reader = WindowReader(
             readers=self._readers,
-            fields=self.manifest.fields,
+            fields=self.fields,
             shard_paths=[shard.path for shard in self.shards],
             on_error=self.options.on_error,
             count_errors=partial(self._count_errors, plan.worker_index),
@@ -482,3 +487,16 @@ def _plan_words(config: PlanConfig) -> str:
         f"batch_size={config.batch_size}, remainder={config.remainder!r}, block_size={config.block_size}, "
         f"shuffle_buffer={config.shuffle_buffer}"
     )
+
+
+def selected_fields(manifest: Manifest, fields: Sequence[str] | None, where: str) -> tuple[str, ...]:
+    """The fields to read, in manifest order: all of them, or those named (each one the manifest has)."""
+    if fields is None:
+        return manifest.fields
+    if isinstance(fields, str):
+        raise TypeError(f"fields must be a sequence of field names, got the string {fields!r}")
+    if unknown := sorted(set(fields) - set(manifest.fields)):
+        raise ValueError(
+            f"fields names {unknown} that {where} does not have; its fields are {', '.join(manifest.fields)}"
+        )
+    return tuple(name for name in manifest.fields if name in set(fields))

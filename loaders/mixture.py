@@ -51,8 +51,9 @@ class Mixture(ShardedDataset):
     a list of such mappings (epoch e uses item ``min(e, len - 1)``) or a function of the epoch changes them
     at epoch boundaries, and :class:`~loaders.planning.weights.Stages` within an epoch.
     ``samples_per_epoch`` defaults to the sum of the sources' sizes. ``per_batch=True`` gives every batch
-    each source within one sample of its share. Sources must agree on fields, decoders, transform,
-    shuffle and remainder; their own seeds are not used (``seed`` seeds the whole mixture).
+    each source within one sample of its share. Sources must agree on fields (``ShardedDataset(...,
+    fields=...)`` reads the ones they share), decoders, transform, shuffle and remainder; their own seeds
+    are not used (``seed`` seeds the whole mixture).
     """
 
     def __init__(
@@ -81,7 +82,7 @@ class Mixture(ShardedDataset):
         self.datasets: tuple[ShardedDataset, ...] = datasets
         self.weights, self.samples_per_epoch, self.per_batch = weights, samples_per_epoch, per_batch
         self.sizes = tuple(sum(d.shard_sizes) for d in datasets)
-        self.fields: tuple[str, ...] = first.manifest.fields
+        self.fields: tuple[str, ...] = first.fields
         on_error: OnError = "skip" if all(d.options.on_error == "skip" for d in datasets) else "raise"
         self.options = type(first.options)(
             split="+".join(f"{n}:{d.options.split}" for n, d in zip(self.names, datasets, strict=True)),

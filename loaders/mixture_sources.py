@@ -25,12 +25,12 @@ def checked_sources(sources: Mapping[str, ShardedDataset]) -> tuple[ShardedDatas
         datasets.append(dataset)
     first_name, first = next(iter(sources.items()))
     for name, dataset in sources.items():
-        mine, theirs = set(dataset.manifest.fields), set(first.manifest.fields)
+        mine, theirs = set(dataset.fields), set(first.fields)
         if mine != theirs:
             raise ValueError(
                 f"sources {first_name!r} and {name!r} cannot form one batch: fields only in {first_name!r}: "
-                f"{sorted(theirs - mine)}, only in {name!r}: {sorted(mine - theirs)}; give every source the "
-                "same fields (repack, or mix datasets that share them)"
+                f"{sorted(theirs - mine)}, only in {name!r}: {sorted(mine - theirs)}; read the fields they "
+                f"share, ShardedDataset(..., fields={sorted(mine & theirs)!r}), or repack"
             )
         differ = sorted(
             f

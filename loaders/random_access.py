@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 import numpy as np
 from torch.utils.data import Dataset
 
+from loaders.dataset import selected_fields
 from loaders.planning.planner import Run, Window
 from loaders.planning.position import STATE_VERSION, Position, decode_state
 from loaders.reading.columns import Columns, Decoding, to_batch
@@ -52,6 +53,7 @@ class ShardedMapDataset(Dataset[Sample]):
         path: str | Path,
         split: str = "train",
         *,
+        fields: Sequence[str] | None = None,
         decode: str | Mapping[str, str | Decoder | ColumnDecoder] | None = None,
         transform: Callable[[Sample], Any] | None = None,
         on_error: OnError = "raise",
@@ -59,8 +61,8 @@ class ShardedMapDataset(Dataset[Sample]):
         remote: RemoteOptions | None = None,
         seed: int = 0,
     ) -> None:
-        """``path``, ``decode``, ``check`` and ``remote`` as for ``ShardedDataset``; ``seed`` (with
-        :meth:`set_epoch`) seeds decoders that draw, such as ``RandomResizedCrop``."""
+        """``path``, ``fields``, ``decode``, ``check`` and ``remote`` as for ``ShardedDataset``; ``seed``
+        (with :meth:`set_epoch`) seeds decoders that draw, such as ``RandomResizedCrop``."""
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         self.source = DatasetSource(path, remote)
@@ -71,7 +73,8 @@ class ShardedMapDataset(Dataset[Sample]):
         self._starts: list[int] = self.starts.tolist()
         self._shard_paths = [shard.path for shard in self.shards]
         self.format = get_format(self.manifest.format)
-        self.decoders = resolve_decoders(decode, self.manifest.fields)
+        self.fields = selected_fields(self.manifest, fields, self.source.display)
+        self.decoders = resolve_decoders(decode, self.fields, self.manifest.label_fields)
         self.transform = transform
         self.on_error: OnError = on_error
         self.check = check
@@ -163,7 +166,7 @@ class ShardedMapDataset(Dataset[Sample]):
         """The raw samples at ``indices`` (negative ones count from the end, repeats allowed) as columns."""
         reader = WindowReader(
             readers=self._readers,
-            fields=self.manifest.fields,
+            fields=self.fields,
             shard_paths=self._shard_paths,
             on_error=self.on_error,
             scattered=True,
@@ -175,7 +178,7 @@ class ShardedMapDataset(Dataset[Sample]):
             return reader.read_window(Window([Run(shard, start, start + 1, 0)], None), _FIRST)
         positions = self._positions(indices)
         if not len(positions):
-            return Columns(self.manifest.fields)
+            return Columns(self.fields)
         unique, inverse = np.unique(positions, return_inverse=True)
         shard_of = np.searchsorted(self.starts, unique, side="right") - 1
         runs = _runs(shard_of, unique - self.starts[shard_of])
@@ -193,7 +196,7 @@ class ShardedMapDataset(Dataset[Sample]):
                 for shard_runs in group:  # opened here: the threads only look readers up
                     self._readers.open(shard_runs[0].shard_index)
                 pieces += pool.map(lambda w: reader.read_window(w, np.arange(len(w))), windows)
-        return Columns.concat(self.manifest.fields, pieces).take(inverse.tolist())
+        return Columns.concat(self.fields, pieces).take(inverse.tolist())
 
     def close(self) -> None:
         """Close the shard files this process opened (reopened lazily if read again)."""
@@ -226,7 +229,7 @@ class ShardedMapDataset(Dataset[Sample]):
         if not picks:
             return None
         try:
-            samples = self._readers.read_samples(picks, self.manifest.fields)
+            samples = self._readers.read_samples(picks, self.fields)
         except DataError:
             if self.on_error == "raise":
                 raise

@@ -135,6 +135,13 @@ class Manifest:
         return self.splits[split]
 
     @property
+    def label_fields(self) -> tuple[str, ...]:
+        """Fields whose values are class indexes by the source's record (a Hugging Face ``ClassLabel``
+        column), whatever their name: the loaders' ``decode="auto"`` decodes them as ``cls`` is."""
+        recorded = self.source.get("class_names")
+        return tuple(name for name in self.fields if isinstance(recorded, dict) and name in recorded)
+
+    @property
     def requires(self) -> tuple[str, ...]:
         """The features a reader must know to read this pack (see the module doc)."""
         return ("compression",) if self.compression else ()

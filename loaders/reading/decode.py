@@ -194,17 +194,17 @@ BUILTIN: dict[str, FieldDecoder] = {
 
 
 def resolve_decoders(
-    decode: str | Mapping[str, str | Decoder | ColumnDecoder] | None, fields: tuple[str, ...]
+    decode: str | Mapping[str, str | Decoder | ColumnDecoder] | None,
+    fields: tuple[str, ...],
+    label_fields: tuple[str, ...] = (),
 ) -> dict[str, FieldDecoder]:
-    """Map each field to be decoded to its decoder; fields left out stay raw bytes."""
+    """Map each field to be decoded to its decoder; fields left out stay raw bytes. ``"auto"`` picks by
+    extension, and decodes ``label_fields`` (class indexes, as the manifest records them) as ``cls``."""
     if decode is None:
         return {}
     if decode == "auto":
-        return {
-            f: BUILTIN[f.rsplit(".", 1)[-1].lower()]
-            for f in fields
-            if f.rsplit(".", 1)[-1].lower() in BUILTIN
-        }
+        kinds = {f: "cls" if f in label_fields else f.rsplit(".", 1)[-1].lower() for f in fields}
+        return {f: BUILTIN[kind] for f, kind in kinds.items() if kind in BUILTIN}
     if isinstance(decode, str):
         raise ValueError(f"decode must be None, 'auto' or a mapping of field -> decoder, got {decode!r}")
     decoders: dict[str, FieldDecoder] = {}
