@@ -1,9 +1,12 @@
-"""Progress on long work: a tqdm bar on a terminal, plain periodic lines in logs."""
+"""Progress on long work: a tqdm bar on a terminal, plain periodic lines in logs, and a line for each
+phase before it (:func:`phase`), so that no long step runs silent."""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TextIO
 
 
@@ -53,9 +56,19 @@ class Progress:
             self._bar.update(samples)
             postfix = f"{self.num_bytes / 1e6:,.1f} MB" + (f", {self.note}" if self.note else "")
             self._bar.set_postfix_str(postfix, refresh=False)
-        elif not self.quiet and time.perf_counter() - self._last_log >= self.log_every_s:
+        elif (
+            not self.quiet
+            and self.samples < self.total_samples  # the total is close()'s line: said once
+            and time.perf_counter() - self._last_log >= self.log_every_s
+        ):
             self._last_log = time.perf_counter()
             self._log_line()
+
+    def advance_to(self, samples: int, num_bytes: int) -> None:
+        """Count up to ``samples`` and ``num_bytes`` in all (a running total kept elsewhere); never back."""
+        more_samples, more_bytes = max(samples - self.samples, 0), max(num_bytes - self.num_bytes, 0)
+        if more_samples or more_bytes:
+            self.update(more_samples, more_bytes)
 
     def close(self) -> None:
         if self._bar is not None:
@@ -76,3 +89,16 @@ class Progress:
             file=self.stream,
             flush=True,
         )
+
+
+@contextmanager
+def phase(name: str, what: str, *, quiet: bool = False, stream: TextIO | None = None) -> Iterator[None]:
+    """Say ``name: what...`` before a step whose length shows no count (a scan, training dictionaries), and
+    how long it took after it."""
+    out = stream or sys.stderr
+    if not quiet:
+        print(f"{name}: {what}...", file=out, flush=True)
+    started = time.perf_counter()
+    yield
+    if not quiet:
+        print(f"{name}: done in {time.perf_counter() - started:,.1f} s", file=out, flush=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 from shardpipe.formats.compression import FieldCodec
 from shardpipe.manifest import Manifest, ShardEntry
+from shardpipe.packing import tally
 from shardpipe.packing.engine import run_tasks
 from shardpipe.packing.mapping.pieces import MappedPiece, map_piece, skipped_record
 from shardpipe.packing.options import PackOptions
@@ -110,12 +111,33 @@ def write_all(
     and how many were written and kept."""
     reused = {j.relpath: e for j in jobs if (e := target.reusable(prepared.finished.get(j.relpath)))}
     progress = Progress(f"pack {options.format}", sum(_num_samples(j) for j in jobs), quiet=quiet)
-    progress.update(sum(e.num_samples for e in reused.values()), sum(e.num_bytes for e in reused.values()))
+    reused_samples = sum(e.num_samples for e in reused.values())
+    reused_bytes = sum(e.num_bytes for e in reused.values())
+    finished = [reused_samples, reused_bytes]  # in the shards done, reused or written
+    live = tally.current()  # what the local writers have written so far, unfinished shards included
+    start = live.read() if live is not None else (0, 0)
+
+    def refresh() -> None:
+        samples, num_bytes = live.read() if live is not None else start
+        progress.advance_to(
+            max(finished[0], reused_samples + samples - start[0]),
+            max(finished[1], reused_bytes + num_bytes - start[1]),
+        )
+
     written: dict[str, ShardEntry] = {}
-    for entry in run_tasks(task, [j for j in jobs if j.relpath not in reused], args, executor):
-        target.record(entry)
-        written[entry.path] = entry
-        progress.update(entry.num_samples, entry.num_bytes)
+    if live is not None:
+        live.listener = refresh  # shards written in this process report as they go
+    try:
+        todo = [j for j in jobs if j.relpath not in reused]
+        for entry in run_tasks(task, todo, args, executor, waiting=refresh):
+            target.record(entry)
+            written[entry.path] = entry
+            finished[0] += entry.num_samples
+            finished[1] += entry.num_bytes
+            refresh()
+    finally:
+        if live is not None:
+            live.listener = None
     progress.close()
     entries = {**reused, **written}
     return [entries[j.relpath] for j in jobs], len(written), len(reused)

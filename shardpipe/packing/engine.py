@@ -34,35 +34,50 @@ from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, w
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from shardpipe.packing import tally
 from shardpipe.packing.lifetime import exit_with_driver
+from shardpipe.packing.tally import Tally
 from shardpipe.process_settings import keep_freed_memory
 
 T = TypeVar("T")
+POLL_S = 0.5
 
 
-def init_worker() -> None:
+def init_worker(written: Tally | None = None) -> None:
     """Per-process set-up of a pack worker (also given to a Ray engine's workers): end with the driver,
-    then speed."""
+    then speed; a local pool's workers also count what they write into the driver's ``written``."""
     exit_with_driver()
     keep_freed_memory()
     gc.disable()  # a pack worker's objects hold no cycles: see process_settings.pausing_gc
+    tally.install(written)
 
 
 @contextmanager
 def local_pool(workers: int) -> Iterator[Executor | None]:
-    """A process pool of ``workers`` processes, or None (this process runs every task) for one."""
-    if workers == 1:
-        yield None
-        return
-    with ProcessPoolExecutor(max_workers=workers, initializer=init_worker) as pool:
-        yield pool
+    """A process pool of ``workers`` processes, or None (this process runs every task) for one; either way
+    what the shard writers write is counted (:mod:`.tally`) while the block runs."""
+    written = tally.Tally()
+    tally.install(written)
+    try:
+        if workers == 1:
+            yield None
+            return
+        with ProcessPoolExecutor(max_workers=workers, initializer=init_worker, initargs=(written,)) as pool:
+            yield pool
+    finally:
+        tally.install(None)
 
 
 def run_tasks(
-    task: Callable[..., T], items: Iterable[Any], args: tuple[Any, ...], executor: Executor | None
+    task: Callable[..., T],
+    items: Iterable[Any],
+    args: tuple[Any, ...],
+    executor: Executor | None,
+    waiting: Callable[[], None] | None = None,
 ) -> Iterator[T]:
     """``task(item, *args)`` for every item, each result yielded as it completes; in this process without
-    an executor. On an error, the tasks not yet started are cancelled."""
+    an executor. ``waiting`` is called every :data:`POLL_S` while tasks run elsewhere (a progress bar's
+    refresh). On an error, the tasks not yet started are cancelled."""
     if executor is None:
         for item in items:
             yield task(item, *args)
@@ -70,7 +85,9 @@ def run_tasks(
     pending = {executor.submit(task, item, *args) for item in items}
     try:
         while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            done, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
+            if waiting is not None:
+                waiting()
             for future in done:
                 yield future.result()
     finally:

@@ -32,6 +32,7 @@ from shardpipe.packing.output import Job, Output
 from shardpipe.packing.plan import fingerprint, plan_jobs
 from shardpipe.packing.shard_writing import write_shard
 from shardpipe.process_settings import pausing_gc
+from shardpipe.progress import phase
 from shardpipe.sources import scan_source
 from shardpipe.storage import as_location, open_writable_store, redact_url
 
@@ -69,27 +70,28 @@ def _pack(
 ) -> PackResult:
     src, out = as_location(src), as_location(out)
     target = Output(open_writable_store(out, storage_options=storage_options, action="pack to"))
-    scan = scan_source(
-        src,
-        labels=options.labels,
-        literal_fields=options.literal_fields,
-        skip_incomplete=options.skip_incomplete,
-        pool=executor,
-        storage_options=storage_options,
-        key_column=options.key_column,
-        field_map=options.field_map,
-    )
+    shown = redact_url(src) if isinstance(src, str) else os.fspath(src)  # never a credential
+    with phase("scan", f"listing {shown}", quiet=quiet):
+        scan = scan_source(
+            src,
+            labels=options.labels,
+            literal_fields=options.literal_fields,
+            skip_incomplete=options.skip_incomplete,
+            pool=executor,
+            storage_options=storage_options,
+            key_column=options.key_column,
+            field_map=options.field_map,
+        )
     suffix = format_info(options.format).suffix
     transform = options.transform()
     if options.split is None and scan.splits:
         options = replace(options, source_splits=scan.splits)
     jobs = plan_jobs(scan.table, suffix, options, scan.row_splits)
     pieces = plan_pieces(jobs, suffix) if transform is not None else []
-    source = redact_url(str(src)) if isinstance(src, str) else os.fspath(src)  # never a credential
     planned = [(p.relpath, p.samples) for p in pieces if p.samples is not None] or [
         (j.relpath, j.samples) for j in jobs
     ]
-    job = Job(fingerprint(planned, options), options.job_options(), source)
+    job = Job(fingerprint(planned, options), options.job_options(), shown)
     prepared = target.prepare(job, resume=options.resume, overwrite=options.overwrite)
     if prepared.complete is not None:
         return PackResult(
@@ -108,10 +110,11 @@ def _pack(
     spec = options.compress_spec
     if transform is None:
         if spec is not None:
-            samples = table_samples(scan.table, "the compression sample", storage_options)
-            compression = plan_compression(
-                spec, fields, options.compress_fields, samples, options.max_bytes, target.store
-            )
+            with phase("compress", "sampling values and training dictionaries", quiet=quiet):
+                samples = table_samples(scan.table, "the compression sample", storage_options)
+                compression = plan_compression(
+                    spec, fields, options.compress_fields, samples, options.max_bytes, target.store
+                )
         write: Callable[..., ShardEntry] = write_shard
         args: tuple[Any, ...] = (target.store, options.format, storage_options)
         if compression is not None:  # passed only when there is one: the task's other callers are unchanged
@@ -129,10 +132,11 @@ def _pack(
             max_bytes=options.max_bytes,
         )
         if spec is not None:
-            samples = staged_samples(outputs, target.store, options.format, SAMPLE_COUNT)
-            compression = plan_compression(
-                spec, fields, options.compress_fields, samples, options.max_bytes, target.store
-            )
+            with phase("compress", "sampling values and training dictionaries", quiet=quiet):
+                samples = staged_samples(outputs, target.store, options.format, SAMPLE_COUNT)
+                compression = plan_compression(
+                    spec, fields, options.compress_fields, samples, options.max_bytes, target.store
+                )
         write, args = write_mapped_shard, (target.store, options.format)
         if compression is not None:
             args += (compression.compressor,)
@@ -140,7 +144,7 @@ def _pack(
         jobs, write, args, target, prepared, executor, options, quiet
     )
 
-    source_record = {"kind": scan.kind, "path": source, "labels": options.labels, **scan.details}
+    source_record = {"kind": scan.kind, "path": shown, "labels": options.labels, **scan.details}
     codecs = None if compression is None else compression.codecs
     manifest = job_manifest(
         options, fields, jobs, entries, source_record, job, mapped, classes=scan.classes, compression=codecs

@@ -20,6 +20,7 @@ from shardpipe.formats.compression import FieldCompressor
 from shardpipe.formats.layout import KeysChecksum
 from shardpipe.formats.terms import Column
 from shardpipe.manifest import ShardEntry
+from shardpipe.packing import tally
 from shardpipe.packing.plan import ShardJob, cut_runs
 from shardpipe.sources import SampleTable
 from shardpipe.sources.urls import Stores, fetch_cells
@@ -119,6 +120,7 @@ class ShardFile:
         self._writer.write_batch(keys, names, columns)
         self.num_samples += len(keys)
         self._keys.update(keys)
+        tally.count(len(keys), sum(len(value) for column in columns for value in column if value is not None))
 
     def add(self, key: str, values: Sequence[bytes], size: int) -> None:
         """Add one sample: its ``fields``' values in order, and their ``size`` in bytes."""
@@ -135,6 +137,7 @@ class ShardFile:
             if self._compressor is not None:
                 columns = self._compressor.compress(self.fields, columns)  # type: ignore[assignment]
             self._writer.write_batch(keys, self.fields, columns)  # counted as added
+            tally.count(len(keys), self._held)
             self._rows, self._held = [], 0
 
     def abort(self) -> None:
