@@ -245,8 +245,9 @@ def test_get_command_lists_and_writes_a_sample(tmp_path: Path) -> None:
     assert written.exit_code == 0, written.output
     for field, data in expected["cls1/00004"].items():
         assert (tmp_path / "x" / f"cls1/00004.{field}").read_bytes() == data
-    by_position = runner.invoke(main, ["get", str(out), "--", "-1"])
+    by_position = runner.invoke(main, ["get", str(out), "-1"])  # a negative position, no `--` needed
     assert by_position.exit_code == 0 and "sample 11 of split 'train'" in by_position.output
+    assert "cls                         1 bytes  '1'" in listed.output  # short values are shown
     for args, code, message in (
         (["cls9/00000"], 2, "no sample with key 'cls9/00000'"),
         (["12"], 2, "sample 12 is out of range"),

@@ -18,7 +18,7 @@ from shardpipe.cli.storage import location, shown, storage_option
 from shardpipe.errors import UsageError
 
 
-@click.command()
+@click.command(context_settings={"ignore_unknown_options": True})  # SAMPLE may be -1
 @click.argument("dataset")
 @click.argument("sample")
 @click.option("--split", default="train", show_default=True, help="The split to read.")
@@ -34,16 +34,19 @@ def get(
     dataset: str, sample: str, split: str, by_key: bool, out: Path | None, storage_options: dict[str, Any]
 ) -> None:
     """Show or extract one sample of DATASET (a folder, manifest or URL). SAMPLE is its position in the
-    split (0-based; negative counts from the end, after `--`) when it is all digits, else its key
-    (e.g. cat/0042).
+    split (0-based; negative counts from the end) when it is all digits, else its key (e.g. cat/0042).
 
     \b
     Examples:
-      shardpipe get data/ cat/0042               # its fields and sizes
+      shardpipe get data/ cat/0042               # its fields, sizes and short values
+      shardpipe get data/ -1                     # the split's last sample
       shardpipe get data/ 17 --split val --out x/  # x/<key>.jpg, x/<key>.cls, ...
 
-    A key lookup first reads every key of the split once; a position needs only the sample's bytes.
-    Exits 2 when the split has no such position or key.
+    A position counts samples in the pack's order, which is a hashed order by default: it is not the
+    source's row. Packed with `--order sorted`, a Hugging Face or Parquet row keeps its place (row 42 of
+    split train is key train/0000000042 at position 42). A key lookup first reads every key of the
+    split once; a position needs only the sample's bytes. Exits 2 when the split has no such position
+    or key.
     """
     from loaders.random_access import get as get_sample
 
@@ -55,7 +58,7 @@ def get(
     if out is None:
         click.echo(f"{key}  (sample {position} of split {split!r} in {shown(where)})")
         for name, value in found.items():
-            click.echo(f"  {name:<16} {len(value):>12,} bytes")
+            click.echo(f"  {name:<16} {len(value):>12,} bytes{_preview(value)}")
         return
     for name, value in found.items():
         target = out / f"{key}.{name}"
@@ -64,3 +67,14 @@ def get(
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(value)
         click.echo(str(target))
+
+
+def _preview(value: bytes, limit: int = 80) -> str:
+    """A short value shown as its text (a class, a caption), else nothing."""
+    if len(value) > limit:
+        return ""
+    try:
+        text = value.decode()
+    except UnicodeDecodeError:
+        return ""
+    return f"  {text!r}" if text.isprintable() else ""
