@@ -60,6 +60,8 @@ def keys_checksum(keys: Iterable[str | bytes]) -> str:
     digest = KeysChecksum()
     digest.update(keys)
     return digest.hexdigest()
+
+
 NO_SPAN = 2**64 - 1
 PARSE = 2**64 - 2
 OFFSET, KEY_START, KEY_STOP, CHECKSUM = 0, 1, 2, 3
