@@ -15,6 +15,10 @@ from bench.io.report import Meta, Results
 from bench.io.run import Run, summarize
 
 FIGURE = "throughput.png"
+IN_MEMORY_NOTE = (
+    "in-memory: samples held as Python dicts and collated one by one by a plain DataLoader; shardpipe "
+    "builds each batch from columns with no dict per sample, so it can outrun it"
+)
 CAPTION = "payload MB/s per contender (median of repeats, bars min-max; orange: input-bound)"
 RULES = {
     "step": "from asking the loader for a batch to asking for the next; data wait = time blocked in next()",
@@ -130,5 +134,5 @@ def chart(path: Path, meta: Meta, results: Results) -> None:
         note=lambda e: f"  {e['samples_per_s']:,.0f}/s, wait {e['wait_fraction']:.0%}",
         color=report.verdict_color,
         room=1.5,
-        legend="orange: input-bound, green: compute-bound",
+        legend=report.verdict_legend(meta, results) + "\n" + IN_MEMORY_NOTE,
     )

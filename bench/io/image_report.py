@@ -135,7 +135,7 @@ def chart(path: Path, meta: Meta, results: Results) -> None:
         note=_note,
         color=_color,
         room=1.7,
-        legend="orange: input-bound, green: compute-bound, grey: the decode alone",
+        legend=report.verdict_legend(meta, results) + ", grey: the decode alone",
     )
 
 

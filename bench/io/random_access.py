@@ -260,12 +260,18 @@ def _chart(path: Path, local: dict[str, dict[str, float]]) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     fig, axes = plt.subplots(1, len(local), figsize=(6 * len(local), 4))
     for ax, (name, rates) in zip(np.atleast_1d(axes), local.items(), strict=True):
         ax.barh(list(rates), list(rates.values()))
+        for i, rate in enumerate(rates.values()):
+            ax.text(rate, i, f" {rate / 1000:,.0f}k", va="center", fontsize=8)
+        ax.set_xlim(0, max(rates.values()) * 1.18)
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value / 1000:,.0f}k"))
         ax.set_title(f"{name} profile")
-        ax.set_xlabel("samples/s")
+        ax.set_xlabel("random gets, samples/s")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -149,3 +149,16 @@ def chart(
 
 def verdict_color(entry: dict[str, Any]) -> str:
     return "tab:orange" if entry["verdict"] == "input-bound" else "tab:green"
+
+
+def verdict_legend(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
+    """What the bars' colours say: with no compute step every contender waits on its input (the chart
+    compares read speed alone), so only a run that computes can show both verdicts."""
+    if not meta["parameters"]["compute_ms"]:
+        return "no compute step (--compute-ms 0): read speed alone, every contender input-bound (orange)"
+    found = {e["verdict"] for e in results}
+    if found == {"input-bound"}:
+        return "orange: input-bound (every contender waits on its input at this compute time)"
+    if found == {"compute-bound"}:
+        return "green: compute-bound (no contender waits on its input at this compute time)"
+    return "orange: input-bound, green: compute-bound"

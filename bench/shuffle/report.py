@@ -200,7 +200,9 @@ def chart(path: Path, results: list[dict[str, Any]]) -> None:
             ax.set_xlabel("samples held by the shuffle per worker")
             ax.set_ylabel(name)
             ax.set_title(f"{pack} pack", fontsize=10)
-            ax.legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0, 0].get_legend_handles_labels()  # one legend, below the panels it explains
+    unique = dict(zip(labels, handles, strict=True))
+    fig.legend(unique.values(), unique.keys(), loc="lower center", ncol=5, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
