@@ -64,6 +64,8 @@ class ShardEntry:
     keys_checksum: str | None = None
     """xxh3_64 of the shard's keys in order (``shardpipe.formats.layout.keys_checksum``): what checks a key
     read alone, as a lookup by key reads them. ``None`` in packs written before it was recorded."""
+    compressed: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Each compressed field's bytes in this shard, as given and as stored: what ``inspect`` reports."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -76,6 +78,8 @@ class ShardEntry:
             out["index"] = {"path": self.index_path, "sha256": self.index_sha256}
         if self.keys_checksum is not None:
             out["keys_xxh3"] = self.keys_checksum
+        if self.compressed:
+            out["compressed"] = {name: list(sizes) for name, sizes in self.compressed.items()}
         return out
 
     @classmethod
@@ -98,6 +102,10 @@ class ShardEntry:
             index_path=None if index is None else index["path"],
             index_sha256=None if index is None else index["sha256"],
             keys_checksum=_keys_checksum(data.get("keys_xxh3"), where),
+            compressed={
+                name: (_count(sizes[0], f"{where}: compressed"), _count(sizes[1], f"{where}: compressed"))
+                for name, sizes in _expect(data.get("compressed", {}), dict, f"{where}: compressed").items()
+            },
         )
 
 

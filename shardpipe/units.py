@@ -33,3 +33,13 @@ def parse_size(value: int | str) -> int:
     if size <= 0:
         raise UsageError(f"size {value!r} must be positive")
     return size
+
+
+def format_size(num_bytes: int) -> str:
+    """``1234567`` -> ``"1.2 MB"``: decimal units, as :func:`parse_size` reads them."""
+    size = float(num_bytes)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
+        size /= 1000
+    raise AssertionError("unreachable")

@@ -290,7 +290,7 @@ def test_cli_usage_errors_and_a_pack(
     assert result.exit_code == 0, result.output
     assert load_manifest(tmp_path / "ok").compression["json"].level == 7
     shown = runner.invoke(main, ["inspect", str(tmp_path / "ok")])
-    assert shown.exit_code == 0 and "compressed: json (zstd:7, dictionary)" in shown.output
+    assert shown.exit_code == 0 and "compressed: json (zstd:7, dictionary, " in shown.output
 
 
 def test_decoders_serve_threads() -> None:

@@ -36,3 +36,22 @@ def test_manifest_without_an_order_renders_without_one(tmp_path: Path) -> None:
     write_manifest(open_store(tmp_path), Manifest("lmdb", ("bin",), {"train": (_entry(0, 1, 10),)}, {}))
     summary = inspect(tmp_path)
     assert summary["order"] is None and "order:" not in render(summary)
+
+
+def test_compressed_fields_show_their_size_as_given_and_as_stored(tmp_path: Path) -> None:
+    """A pack records each compressed field's bytes per shard; inspect sums them into a ratio."""
+    from shardpipe.packing import PackOptions, pack
+    from shardpipe.packing.split import parse_split
+
+    (tmp_path / "src").mkdir()
+    for i in range(40):
+        (tmp_path / "src" / f"{i:03d}.json").write_text('{"caption": "a photo of a cat on a mat"}' * 8)
+        (tmp_path / "src" / f"{i:03d}.bin").write_bytes(bytes([i]) * 50)
+    options = PackOptions(format="tfrecord", compress="zstd", compress_fields=("json",), max_samples=15,
+                          split=parse_split(None))  # fmt: skip
+    pack(tmp_path / "src", tmp_path / "out", options, quiet=True)
+    summary = inspect(tmp_path / "out")["compression"]["json"]
+    assert summary["given_bytes"] == 40 * 8 * 40  # the values as they came, over the three shards
+    assert 0 < summary["stored_bytes"] < summary["given_bytes"]
+    ratio = summary["given_bytes"] / summary["stored_bytes"]
+    assert f"{ratio:,.2f}x" in render(inspect(tmp_path / "out"))

@@ -105,6 +105,7 @@ class ShardFile:
         self._ended = False
         self.num_samples = 0
         self._keys = KeysChecksum()  # the manifest's checksum of the shard's keys
+        self._compressed: dict[str, list[int]] = {}  # field -> [bytes given, bytes stored]
 
     def __enter__(self) -> ShardFile:
         return self
@@ -116,7 +117,7 @@ class ShardFile:
     def write_batch(self, keys: Sequence[str], names: Sequence[str], columns: Sequence[Column]) -> None:
         self._flush()  # samples added before it go first
         if self._compressor is not None:
-            columns = self._compressor.compress(names, columns)
+            columns = self._compress(names, columns)
         self._writer.write_batch(keys, names, columns)
         self.num_samples += len(keys)
         self._keys.update(keys)
@@ -135,10 +136,21 @@ class ShardFile:
         if self._rows:
             keys, *columns = zip(*self._rows, strict=True)
             if self._compressor is not None:
-                columns = self._compressor.compress(self.fields, columns)  # type: ignore[assignment]
+                columns = self._compress(self.fields, columns)  # type: ignore[assignment]
             self._writer.write_batch(keys, self.fields, columns)  # counted as added
             tally.count(len(keys), self._held)
             self._rows, self._held = [], 0
+
+    def _compress(self, names: Sequence[str], columns: Sequence[Column]) -> list[list[Any]]:
+        """The compressed fields' values as frames, their sizes before and after counted."""
+        assert self._compressor is not None
+        out = self._compressor.compress(names, columns)
+        for name, given, stored in zip(names, columns, out, strict=True):
+            if name in self._compressor.dictionaries:
+                sizes = self._compressed.setdefault(name, [0, 0])
+                sizes[0] += sum(len(value) for value in given if value is not None)
+                sizes[1] += sum(len(value) for value in stored if value is not None)
+        return out
 
     def abort(self) -> None:
         self._ended = True
@@ -157,8 +169,10 @@ class ShardFile:
                 index_sha256 = self._out.put(index_path, index.to_bytes())
             sha256, num_bytes = sha256_file(self._temp), self._temp.stat().st_size
             self._out.publish(self.relpath, self._temp, sha256)
-        keys = self._keys.hexdigest()
-        return ShardEntry(self.relpath, self.num_samples, num_bytes, sha256, index_path, index_sha256, keys)
+        keys, sizes = self._keys.hexdigest(), {name: (a, b) for name, (a, b) in self._compressed.items()}
+        return ShardEntry(
+            self.relpath, self.num_samples, num_bytes, sha256, index_path, index_sha256, keys, sizes
+        )
 
 
 def load_batches(

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from shardpipe.manifest import load_manifest
+from shardpipe.manifest import Manifest, load_manifest
+from shardpipe.units import format_size
 
 
 def inspect(root: Path | str, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -39,10 +40,27 @@ def inspect(root: Path | str, storage_options: Mapping[str, Any] | None = None) 
         "shardpipe_version": manifest.shardpipe_version,
         "fingerprint": manifest.fingerprint(),
         "compression": {
-            name: {"codec": codec.codec, "level": codec.level, "dictionary": codec.dictionary is not None}
+            name: {
+                "codec": codec.codec,
+                "level": codec.level,
+                "dictionary": codec.dictionary is not None,
+                **_sizes(manifest, name),
+            }
             for name, codec in manifest.compression.items()
         },
         "splits": splits,
+    }
+
+
+def _sizes(manifest: Manifest, name: str) -> dict[str, int]:
+    """A compressed field's bytes over the pack, as given and as stored (none where the shards do not
+    record them: packs written before they did)."""
+    shards = [shard for split in manifest.splits.values() for shard in split]
+    if not shards or any(name not in shard.compressed for shard in shards):
+        return {}
+    return {
+        "given_bytes": sum(shard.compressed[name][0] for shard in shards),
+        "stored_bytes": sum(shard.compressed[name][1] for shard in shards),
     }
 
 
@@ -57,7 +75,13 @@ def render(summary: dict[str, Any]) -> str:
         lines.append(f"classes: {shown}")
     if summary.get("compression"):
         stored = [
-            f"{name} ({entry['codec']}:{entry['level']}{', dictionary' if entry['dictionary'] else ''})"
+            f"{name} ({entry['codec']}:{entry['level']}{', dictionary' if entry['dictionary'] else ''}"
+            + (
+                f", {format_size(entry['given_bytes'])} -> {format_size(entry['stored_bytes'])}, "
+                f"{entry['given_bytes'] / max(entry['stored_bytes'], 1):,.2f}x)"
+                if "given_bytes" in entry
+                else ")"
+            )
             for name, entry in summary["compression"].items()
         ]
         lines.append(f"compressed: {', '.join(stored)}")
