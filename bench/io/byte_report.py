@@ -16,8 +16,8 @@ from bench.io.run import Run, summarize
 
 FIGURE = "throughput.png"
 IN_MEMORY_NOTE = (
-    "in-memory: samples held as Python dicts and collated one by one by a plain DataLoader; shardpipe "
-    "builds each batch from columns with no dict per sample, so it can outrun it"
+    "in-memory: Python dicts collated one by one by a plain DataLoader;\n"
+    "shardpipe builds each batch from columns, no dict per sample, so it can outrun it"
 )
 CAPTION = "payload MB/s per contender (median of repeats, bars min-max; orange: input-bound)"
 RULES = {

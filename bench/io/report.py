@@ -142,7 +142,8 @@ def chart(
         ax.set_xlabel(xlabel)
         ax.set_title(title, fontsize=10)
     fig.suptitle(legend, fontsize=9)
-    fig.tight_layout()
+    lines = legend.count("\n") + 1  # room at the top for every line of the legend
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.011 * lines))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
