@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import system
-from bench.common.report import DocsSection, Run, write_report
+from bench.common.report import Chart, DocsSection, Run, write_report
 from loaders import ShardedDataset, make_loader
 from shardpipe.manifest import load_manifest
 from shardpipe.packing import PackOptions, pack
@@ -180,6 +180,36 @@ def table(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def chart(path: Path, results: list[dict[str, Any]]) -> None:
+    """Per profile and format: stored bytes and read rate of the zstd pack against the plain one, with the
+    targets (JSON) as lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [f"{r['profile']}, {r['format']}" for r in results]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 1.2 + 0.45 * len(results)), sharey=True)
+    panels = (
+        ("bytes_ratio", "stored bytes, zstd / plain (lower is smaller)", TARGET_BYTES),
+        ("rate_ratio", "read rate, zstd / plain (paired rounds)", TARGET_RATE),
+    )
+    for ax, (key, label, target) in zip(axes, panels, strict=True):
+        values = [r[key] for r in results]
+        ax.barh(names, values, color="tab:blue")
+        for i, value in enumerate(values):
+            ax.text(value, i, f" {value:.2f}x", va="center", fontsize=8)
+        ax.axvline(1.0, color="grey", linewidth=0.8)
+        ax.axvline(target, color="tab:red", linestyle="--", linewidth=1, label=f"JSON target {target}x")
+        ax.set_xlim(0, max(1.2, *values) * 1.2)
+        ax.set_xlabel(label)
+        ax.legend(fontsize=8, loc="lower right")
+    axes[0].invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def verdicts(results: list[dict[str, Any]]) -> list[str]:
     out = []
     for r in results:
@@ -210,7 +240,11 @@ def main(args: argparse.Namespace, argv: list[str] | None) -> int:
     docs = None
     if args.docs:
         docs = DocsSection(args.docs, SECTION, TITLE, rules, lines, {"loader": meta["settings"]})
-    paths = write_report(args.out, run, {**meta, "results": results}, markdown, docs=docs)
+    figure = Chart(
+        "text.png", lambda path: chart(path, results), "zstd against plain: stored bytes, read rate"
+    )
+    record = {**meta, "results": results}
+    paths = write_report(args.out, run, record, markdown, charts=[figure], docs=docs)
     print("\n".join(lines))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import bench.pack
-from bench.common.report import DocsSection, Run, write_report
+from bench.common.report import Chart, DocsSection, Run, write_report
 from bench.common.system import ROOT, compile_sources
 from bench.pack import report
 from bench.pack.contenders import (
@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         docs = DocsSection(
             args.docs, "bench-pack", "pack throughput", report.RULES, report.tables(record), settings
         )
-    paths = write_report(args.out, run, record, text, docs=docs)
+    figure = Chart("pack.png", lambda path: report.chart(path, record), "samples/s packed, per profile")
+    paths = write_report(args.out, run, record, text, charts=[figure], docs=docs)
     print(text)
     print(f"wrote {', '.join(str(p) for p in paths)} ({record['elapsed_s']:.1f} s)")
     return 0

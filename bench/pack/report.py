@@ -4,6 +4,7 @@ terminal and the docs section print the same lines), with the targets judged and
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from bench.pack.contenders import IMAGE_MAX_SIDE, IMAGE_QUALITY, MAP_SPEC
@@ -71,6 +72,35 @@ def render(report: dict[str, Any]) -> str:
         *tables(report),
     ]
     return "\n".join(lines) + "\n"
+
+
+def chart(path: Path, report: dict[str, Any]) -> None:
+    """One panel per profile: each contender's samples/s (median, bars min-max), its paired ratio to the
+    profile's baseline beside it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    profiles = list(dict.fromkeys(r["profile"] for r in report["results"]))
+    height = sum(1.0 + 0.4 * sum(r["profile"] == p for r in report["results"]) for p in profiles)
+    fig, axes = plt.subplots(len(profiles), 1, figsize=(9, height), squeeze=False)
+    for ax, profile in zip(axes[:, 0], profiles, strict=True):
+        rows = [r for r in report["results"] if r["profile"] == profile]
+        values = [r["samples_per_s"] for r in rows]
+        spread = [[v - r["samples_per_s_range"][0] for v, r in zip(values, rows, strict=True)],
+                  [r["samples_per_s_range"][1] - v for v, r in zip(values, rows, strict=True)]]  # fmt: skip
+        ax.barh([r["contender"] for r in rows], values, xerr=spread, capsize=3, color="tab:blue")
+        for i, r in enumerate(rows):
+            note = f"  {r['paired_ratio_to_baseline']:.2f}x {r['baseline']}"
+            ax.text(r["samples_per_s_range"][1], i, note, va="center", fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlim(0, max(r["samples_per_s_range"][1] for r in rows) * 1.45)
+        ax.set_title(f"{profile} profile", fontsize=10)
+        ax.set_xlabel("samples/s packed (median of rounds, bars: min-max; label: paired ratio)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def tables(report: dict[str, Any]) -> list[str]:

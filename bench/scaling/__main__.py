@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from bench.common.report import DocsSection, Run, write_report
+from bench.common.report import Chart, DocsSection, Run, write_report
 from bench.io import data
 from bench.scaling import report
 from bench.scaling.model import analytic_flops_per_sample, build_mlp, counted_flops_per_sample
@@ -173,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = {k: meta[k] for k in ("backend", "device", "model", "data")}
         docs = DocsSection(args.docs, "bench-scaling", "weak scaling", report.RULES, lines, settings)
     record = {**meta, "results": results}
-    paths = write_report(args.out, run, record, report.markdown(meta, results), docs=docs)
+    figure = Chart(
+        "scaling.png", lambda path: report.chart(path, results), "weak scaling and the step's parts"
+    )
+    paths = write_report(args.out, run, record, report.markdown(meta, results), charts=[figure], docs=docs)
     print(report.table(results))
     for entry in results:
         if entry["explanation"]:

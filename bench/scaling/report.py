@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from bench.common.report import measured_on
@@ -95,6 +96,40 @@ def summarize(
                 f"input (data_wait+prepare) {inputs:+.1f} ms"
             )
     return entries
+
+
+def chart(path: Path, results: list[dict[str, Any]]) -> None:
+    """Global samples/s against ranks beside perfect scaling, and each rank count's step split into its
+    parts (median ms), so a reader sees what grew."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ranks = [e["ranks"] for e in results]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    sps = [e["samples_per_s"] for e in results]
+    spread = [[v - e["samples_per_s_min"] for v, e in zip(sps, results, strict=True)],
+              [e["samples_per_s_max"] - v for v, e in zip(sps, results, strict=True)]]  # fmt: skip
+    left.errorbar(ranks, sps, yerr=spread, fmt="o-", capsize=3, label="measured (median, min-max)")
+    left.plot(ranks, [n * sps[0] for n in ranks], ":", color="grey", label="perfect: N x one rank")
+    for n, value, e in zip(ranks, sps, results, strict=True):
+        left.annotate(f"{e['efficiency']:.0%}", (n, value), textcoords="offset points", xytext=(6, -12))
+    left.set_xticks(ranks)
+    left.set_xlabel("ranks")
+    left.set_ylabel("global samples/s (labels: efficiency)")
+    left.legend(fontsize=8)
+    bottom = [0.0] * len(results)
+    for part in PARTS:
+        values = [e["parts_ms"][part] for e in results]
+        right.bar([str(n) for n in ranks], values, bottom=bottom, label=part)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    right.set_xlabel("ranks")
+    right.set_ylabel("median ms per step, by part")
+    right.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def notes(cuda: bool, hardware: Mapping[str, Any]) -> list[str]:

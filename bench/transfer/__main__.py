@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from bench.common.report import DocsSection, Run, measured_on, write_report
+from bench.common.report import Chart, DocsSection, Run, measured_on, write_report
 from bench.common.tables import aligned, markdown_table
 from bench.transfer import RULES
 from bench.transfer.measure import PIPE_BYTES, PREFETCH, RING_SLOTS, TRANSPORTS, components, run_once
@@ -84,6 +84,32 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
                 }
             )
     return results
+
+
+def chart(path: Path, results: list[dict[str, Any]]) -> None:
+    """The trainer's time per batch against the sample size, one line per transport (log-log)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for transport in dict.fromkeys(e["transport"] for e in results):
+        points = sorted((e for e in results if e["transport"] == transport), key=lambda e: e["sample_bytes"])
+        style = ":" if transport == "floor" else "o-"
+        label = "floor (the DataLoader round trip alone)" if transport == "floor" else transport
+        ax.plot(
+            [e["sample_bytes"] for e in points], [e["main_us_per_batch"] for e in points], style, label=label
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sample bytes (batch of a fixed sample count)")
+    ax.set_ylabel("trainer us per batch (median; lower is better)")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="major", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def recommendation(results: list[dict[str, Any]]) -> list[str]:
@@ -177,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = {k: meta[k] for k in ("prefetch_factor", "ring_slots", "pipe_bytes")}
         docs = DocsSection(args.docs, "bench-transfer", TITLE, RULES, lines, settings)
     record = {**meta, "results": results, "recommendation": advice}
-    paths = write_report(args.out, run, record, markdown(meta, args, lines), docs=docs)
+    figure = Chart("transfer.png", lambda path: chart(path, results), "trainer us per batch, by transport")
+    paths = write_report(args.out, run, record, markdown(meta, args, lines), charts=[figure], docs=docs)
     print("\n".join(["", *aligned(rows), "", *advice]))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -4,6 +4,7 @@ table and verdicts are built from what it measured."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import numpy as np
 
@@ -40,3 +41,12 @@ def test_the_table_and_verdicts() -> None:
         "- JSON, lmdb: stored bytes 0.25x (target <= 0.4x), read rate 0.90x (target >= 0.8x): met"
     ]
     assert "NOT met" in text_profile.verdicts([{**result, "rate_ratio": 0.5}])[0]
+
+
+def test_the_chart_draws_both_ratios(tmp_path: Path) -> None:
+    results = [
+        {"profile": "json", "format": "lmdb", "bytes_ratio": 0.3, "rate_ratio": 0.9},
+        {"profile": "tokens", "format": "tar", "bytes_ratio": 0.8, "rate_ratio": 1.0},
+    ]
+    text_profile.chart(tmp_path / "text.png", results)
+    assert (tmp_path / "text.png").read_bytes().startswith(b"\x89PNG")

@@ -65,6 +65,9 @@ def test_report(tmp_path: Path) -> None:
         "| --sizes | 1024,4096 |" in section and "| ring_slots | " in section and "- **floor**: " in section
     )
     assert "| 4,096 | ring | " in section and "- 1,024 B samples: the ring " in section
+    assert (
+        section.rstrip().endswith("(img/bench-transfer.png)") and (tmp_path / "transfer.png").stat().st_size
+    )
     assert [(e["sample_bytes"], e["transport"]) for e in report["results"]] == [
         (size, t) for size in (1024, 4096) for t in TRANSPORTS
     ]

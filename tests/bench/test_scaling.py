@@ -125,6 +125,7 @@ def test_docs_section_holds_the_settings_rules_and_table(loader_run: tuple[dict[
     assert "- **efficiency**: " in section and "- **repeats**: " in section
     for entry in report["results"]:
         assert f"| {entry['ranks']} | {entry['samples_per_s']:,.0f} | " in section
+    assert section.rstrip().endswith("(img/bench-scaling.png)")
 
 
 def test_a_rerun_replaces_its_section_and_nothing_else(
