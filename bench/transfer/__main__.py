@@ -101,8 +101,15 @@ def chart(path: Path, results: list[dict[str, Any]]) -> None:
         ax.plot(
             [e["sample_bytes"] for e in points], [e["main_us_per_batch"] for e in points], style, label=label
         )
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    sizes = sorted({e["sample_bytes"] for e in results})
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ax.set_xticks(sizes, [f"{size:,} B" for size in sizes])
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("sample bytes (batch of a fixed sample count)")
     ax.set_ylabel("trainer us per batch (median; lower is better)")
     ax.legend(fontsize=8)
