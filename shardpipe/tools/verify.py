@@ -87,8 +87,8 @@ def _verify_dictionaries(store: Store, manifest: Manifest) -> list[str]:
 
 
 def _read_bounded(store: Store, key: str, limit: int) -> bytes:
-    if store.size(key) > limit:
-        raise OSError(f"{store.size(key):,} bytes, more than the {limit:,} it may hold")
+    if (size := store.size(key)) > limit:
+        raise OSError(f"{size:,} bytes, more than the {limit:,} it may hold")
     return store.read(key)
 
 
