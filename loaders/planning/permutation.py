@@ -1,0 +1,145 @@
+"""Seeded permutations computed per index, in constant memory: what lets a plan of 10^10 samples be read
+a window at a time without writing the permutation out. Pure: no I/O.
+
+:func:`permute` is a bijection on [0, n) chosen by a seed: a balanced Feistel network over the smallest
+even power of two >= n (six rounds of a 64-bit mixing function keyed by ``SeedSequence(entropy)``), with
+cycle-walking back into [0, n) (at most 4x the domain, so about 2 steps on average). A Feistel network is
+a permutation whatever its round function; with a pseudorandom round function and four or more rounds it
+is indistinguishable from a uniform one (Luby and Rackoff), the construction of Grain's index shuffle.
+:func:`unpermute` is its inverse.
+
+:class:`BlockPermutation` lifts it to a stream of ``length`` positions cut into blocks of ``block_size``
+consecutive positions (the last one shorter): the blocks are permuted, the positions inside a block keep
+their order, so each block is still one contiguous read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+ROUNDS = 6
+TABLE_SIZE = 1 << 14
+"""Up to this size a permutation is computed whole once and looked up (the same values, fewer calls)."""
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
+@lru_cache(maxsize=256)
+def _keys(entropy: tuple[int, ...]) -> np.ndarray:
+    return np.random.SeedSequence(list(entropy)).generate_state(ROUNDS, dtype=np.uint64)
+
+
+def _mix(values: np.ndarray, key: np.uint64) -> np.ndarray:
+    """The round function: splitmix64's finaliser of ``values ^ key`` (uint64 arithmetic wraps)."""
+    z = values ^ key
+    z = (z ^ (z >> _S30)) * _MIX1
+    z = (z ^ (z >> _S27)) * _MIX2
+    return z ^ (z >> _S31)
+
+
+def _half_bits(n: int) -> int:
+    return max(1, ((n - 1).bit_length() + 1) // 2)
+
+
+def _feistel(values: np.ndarray, half: int, keys: np.ndarray, inverse: bool) -> np.ndarray:
+    mask, shift = np.uint64((1 << half) - 1), np.uint64(half)
+    left, right = values >> shift, values & mask
+    if not inverse:
+        for key in keys:
+            left, right = right, left ^ (_mix(right, key) & mask)
+    else:
+        for key in keys[::-1]:
+            left, right = right ^ (_mix(left, key) & mask), left
+    return (left << shift) | right
+
+
+def _walk(indices: np.ndarray | Sequence[int], n: int, entropy: Sequence[int], inverse: bool) -> np.ndarray:
+    values = np.array(indices, dtype=np.int64, ndmin=1)
+    if len(values) and (values.min() < 0 or values.max() >= n):
+        raise ValueError(f"indices must lie in [0, {n})")
+    if n <= 1:
+        return values
+    entropy = tuple(int(e) for e in entropy)
+    if n <= TABLE_SIZE:
+        return _table(n, entropy, inverse)[values]
+    return _cycle_walk(values, n, entropy, inverse)
+
+
+@lru_cache(maxsize=64)
+def _table(n: int, entropy: tuple[int, ...], inverse: bool) -> np.ndarray:
+    table = _cycle_walk(np.arange(n, dtype=np.int64), n, entropy, inverse=False)
+    if inverse:
+        table = np.argsort(table)
+    table.setflags(write=False)
+    return table
+
+
+def _cycle_walk(values: np.ndarray, n: int, entropy: tuple[int, ...], inverse: bool) -> np.ndarray:
+    half, keys = _half_bits(n), _keys(entropy)
+    out = _feistel(values.astype(np.uint64), half, keys, inverse)
+    outside = np.flatnonzero(out >= np.uint64(n))
+    while len(outside):  # cycle-walking: the cycle through i returns to [0, n) within it
+        out[outside] = _feistel(out[outside], half, keys, inverse)
+        outside = outside[out[outside] >= np.uint64(n)]
+    return out.astype(np.int64)
+
+
+def permute(indices: np.ndarray | Sequence[int], n: int, entropy: Sequence[int]) -> np.ndarray:
+    """The images of ``indices`` under the seeded bijection of [0, n) that ``entropy`` names."""
+    return _walk(indices, n, entropy, inverse=False)
+
+
+def unpermute(values: np.ndarray | Sequence[int], n: int, entropy: Sequence[int]) -> np.ndarray:
+    """The inverse of :func:`permute`: ``unpermute(permute(i, n, e), n, e) == i``."""
+    return _walk(values, n, entropy, inverse=True)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockPermutation:
+    """A stream of ``length`` positions in blocks of ``block_size``, the blocks in a seeded order.
+
+    Stream position x lies in the block at some slot of the stream; ``source(x)`` is the position it
+    shows of the unpermuted range. The short last block may land at any slot: the slots after it start
+    ``block_size - last`` positions earlier, which is all the arithmetic needs (no table of blocks).
+    ``entropy`` None keeps the range's own order.
+    """
+
+    length: int
+    block_size: int
+    entropy: tuple[int, ...] | None
+
+    @property
+    def num_blocks(self) -> int:
+        return -(-self.length // self.block_size)
+
+    def _short_slot(self) -> tuple[int, int]:
+        """``(slot, gap)``: where the last (short) block lands, and how much shorter than a block it is."""
+        blocks = self.num_blocks
+        gap = blocks * self.block_size - self.length
+        if self.entropy is None or gap == 0:
+            return blocks - 1, gap
+        return int(unpermute([blocks - 1], blocks, self.entropy)[0]), gap
+
+    def source(self, positions: np.ndarray) -> np.ndarray:
+        """Range positions shown at stream ``positions`` (int64 array, each in [0, length))."""
+        if self.entropy is None:
+            return positions
+        size = self.block_size
+        slot, gap = self._short_slot()
+        shifted = np.where(positions >= (slot + 1) * size - gap, positions + gap, positions)
+        blocks = shifted // size
+        return permute(blocks, self.num_blocks, self.entropy) * size + shifted % size
+
+    def stream(self, positions: np.ndarray) -> np.ndarray:
+        """The inverse of :meth:`source`: the stream positions that show range ``positions``."""
+        if self.entropy is None:
+            return positions
+        size = self.block_size
+        slot, gap = self._short_slot()
+        slots = unpermute(positions // size, self.num_blocks, self.entropy)
+        shifted = slots * size + positions % size
+        return np.where(slots > slot, shifted - gap, shifted)
