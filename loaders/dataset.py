@@ -1,6 +1,6 @@
 """``ShardedDataset``: a rank-aware, worker-aware, epoch-reseeded IterableDataset over packed shards.
 
-Each (rank, worker) reads the windows ``loaders.planning.planner.plan_windows`` gives it, so every rank yields
+Each (rank, worker) reads the windows ``loaders.planning.plan.plan_windows`` gives it, so every rank yields
 exactly ``len(dataset)`` samples and the order depends only on (manifest, world size, workers, seed,
 epoch). A window's spans are read by ``loaders.reading.windows`` (which applies ``on_error``), then yielded
 in its seeded permutation: one window of samples is held per worker. A resumed pass skips the samples
@@ -26,18 +26,15 @@ import torch
 from torch.utils.data import IterableDataset
 
 from loaders.distributed.world import get_worker, get_world, planned_workers
-from loaders.planning.elastic import Segment, consumed_count, remaining_runs
+from loaders.planning.elastic import Segment, consumed_count, epoch_samples
 from loaders.planning.mixing import default_block_size, warn_if_poorly_mixed
+from loaders.planning.plan import plan_windows
 from loaders.planning.planner import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_SHUFFLE_BUFFER,
     PlanConfig,
     Remainder,
-    Runs,
     batches_per_rank,
-    epoch_runs,
-    num_samples,
-    plan_windows,
     samples_per_rank,
     worker_sample_counts,
 )
@@ -49,6 +46,7 @@ from loaders.planning.position import (
     encode_state,
     encode_worker_state,
 )
+from loaders.planning.stream import Samples
 from loaders.reading.columns import Columns, Decoding, batches
 from loaders.reading.decode import ColumnDecoder, DecodeContext, Decoder, decode_sample, resolve_decoders
 from loaders.reading.readers import ShardReaders
@@ -109,7 +107,7 @@ class PassPlan(NamedTuple):
     epoch: int
     role: int
     config: PlanConfig
-    runs: Runs
+    runs: Samples
     skip: int
 
 
@@ -268,7 +266,7 @@ class ShardedDataset(IterableDataset[Sample]):
 
     def pass_batches(self, epoch: int, history: tuple[Segment, ...], config: PlanConfig) -> int:
         """Batches every rank yields of ``config``'s plan for ``epoch`` after the segments of ``history``."""
-        total = num_samples(self._runs(epoch, history)) if history else self.epoch_size(epoch)
+        total = self._runs(epoch, history, config).size if history else self.epoch_size(epoch)
         return batches_per_rank(total, config)
 
     def state_extras(self, epoch: int) -> dict[str, Any]:
@@ -367,7 +365,7 @@ class ShardedDataset(IterableDataset[Sample]):
         if resumed is not None:  # this worker's own saved position (StatefulDataLoader)
             _check_same_worker(resumed, config, worker_index)
             epoch, history, role, skip = resumed.epoch, resumed.history, resumed.role, resumed.samples
-            runs = self._runs(epoch, history)
+            runs = self._runs(epoch, history, config)
         else:
             self._check_whole_batches(num_workers)
             if worker_index == 0 and not self.options.managed and self.position.repeated_pass():
@@ -379,12 +377,12 @@ class ShardedDataset(IterableDataset[Sample]):
                     self.epoch,
                 )
             epoch = self.epoch
-            history, resumed_batches = self.position.resume_point(config)
+            config, history, resumed_batches = self.position.resume_point(config)
             # The DataLoader always asks worker 0 first: after k batches, worker 0 plays the worker that
             # produced batch k in the uninterrupted run, worker 1 the next one, and so on.
             role = (worker_index + resumed_batches) % max(num_workers, 1)
-            runs = self._runs(epoch, history)
-            per_rank = samples_per_rank(num_samples(runs), self.world_size, config.remainder)
+            runs = self._runs(epoch, history, config)
+            per_rank = samples_per_rank(runs.size, self.world_size, config.remainder)
             skip = consumed_count(config, per_rank, role, resumed_batches)
         own = WorkerPass(epoch, history, config, worker_index, role, skip)
         self._own_pass = None if self.batched else own
@@ -444,10 +442,9 @@ class ShardedDataset(IterableDataset[Sample]):
     def _count_errors(self, worker_index: int, count: int) -> None:
         self._errors[worker_index % MAX_WORKERS] += count
 
-    def _runs(self, epoch: int, history: tuple[Segment, ...]) -> Runs:
-        if history:
-            return _remaining(tuple(self.shard_sizes), history, epoch)
-        return epoch_runs(self.shard_sizes, self.plan_config(0), epoch)
+    def _runs(self, epoch: int, history: tuple[Segment, ...], config: PlanConfig) -> Samples:
+        """The sequence a pass of ``config``'s plan reads: the epoch's, less what ``history`` consumed."""
+        return _epoch_samples(tuple(self.shard_sizes), config, history, epoch)
 
     def _finished(
         self, windows: Iterator[Columns], context: DecodeContext, worker_index: int
@@ -465,8 +462,10 @@ class ShardedDataset(IterableDataset[Sample]):
 
 
 @lru_cache(maxsize=8)
-def _remaining(shard_sizes: tuple[int, ...], history: tuple[Segment, ...], epoch: int) -> Runs:
-    return remaining_runs(shard_sizes, history, epoch)
+def _epoch_samples(
+    shard_sizes: tuple[int, ...], config: PlanConfig, history: tuple[Segment, ...], epoch: int
+) -> Samples:
+    return epoch_samples(shard_sizes, config, history, epoch)
 
 
 def _check_same_worker(saved: WorkerPass, config: PlanConfig, worker_index: int) -> None:

@@ -137,10 +137,11 @@ class ShardedLoader(DataLoader[Any]):
         """The pass the next ``iter()`` begins, without beginning it."""
         position = self.sharded.position
         epoch, config = position.epoch, self.sharded.plan_config(self.num_workers)
-        history, batches = position.resume_point(config)
+        config, history, batches = position.resume_point(config)
         previous = position.current()  # begun since the last set_epoch or load: this pass needs none
         if previous is not None and (previous.complete or not (history or batches)):
             epoch, history, batches = epoch + 1, (), 0  # a new pass is a new epoch
+            config = self.sharded.plan_config(self.num_workers)
         planned = self.sharded.pass_batches(epoch, history, config)
         return PassProgress(epoch, position.epoch_sets, history, config, batches, planned)
 

@@ -15,15 +15,16 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from loaders.planning.permutation import permute
+from loaders.planning.plan import plan_epoch, plan_windows
 from loaders.planning.planner import (
     PlanConfig,
     Remainder,
     Span,
     batches_per_rank,
     epoch_runs,
-    plan_epoch,
-    plan_windows,
     samples_per_rank,
+    sequence_offset,
     shard_order,
     split_rows,
     worker_sample_counts,
@@ -84,6 +85,9 @@ def reference_shares(sizes: list[int], config: PlanConfig, epoch: int) -> dict[i
     order = shard_order(len(sizes), config, epoch)
     flat = [(shard, i) for shard in order for i in range(sizes[shard])]
     total = len(flat)
+    if config.layout >= 3:  # the epoch's rotation
+        offset = sequence_offset(total, config, epoch)
+        flat = flat[offset:] + flat[:offset]
     per_rank = samples_per_rank(total, config.world_size, config.remainder)
     begins = range(0, config.world_size * per_rank, per_rank or 1)
     return (
@@ -115,8 +119,11 @@ def check_windows(sizes: list[int], config: PlanConfig, epoch: int) -> None:
             assert all(0 < len(w) <= config.shuffle_buffer for w in windows)
             spans = [s for w in windows for s in w.spans]
             assert all(0 <= s.start < s.stop <= sizes[s.shard_index] for s in spans)
-            if config.shuffle:
+            if config.shuffle and config.layout < 3:
                 assert all(s.start // bs == (s.stop - 1) // bs for s in spans)  # each span in one block
+            for w in windows:  # a block is one read, or one a shard it crosses into
+                shards = len({s.shard_index for s in w.spans})
+                assert len(w.spans) <= (-(-len(w) // bs) + 1 if config.shuffle else 1) + 2 * shards
 
 
 def check_all(sizes: list[int], config: PlanConfig, epoch: int = 0) -> None:
@@ -144,9 +151,10 @@ SHARD_LISTS = _shard_lists()
     ids=lambda s: f"n{len(s)}-N{sum(s)}",
 )
 def test_exhaustive_grid(sizes: list[int]) -> None:
-    """World 1..8 x workers 0..4 x batch 1/3/8 x pad/drop x both layouts, every rank and worker."""
+    """World 1..8 x workers 0..4 x batch 1/3/8 x pad/drop x layouts 2 and 3, every rank and worker (layout 1
+    only resumes old states: tests/test_elastic.py)."""
     remainders: tuple[Remainder, ...] = ("pad", "drop")
-    grid = itertools.product(range(1, 9), range(5), (1, 3, 8), remainders, (1, 2))
+    grid = itertools.product(range(1, 9), range(5), (1, 3, 8), remainders, (2, 3))
     for world, workers, batch, remainder, layout in grid:
         config = PlanConfig(world, workers, seed=7, remainder=remainder, batch_size=batch, block_size=4,
                             shuffle_buffer=5, layout=layout)  # fmt: skip
@@ -254,13 +262,15 @@ def test_no_shuffle_is_stored_order_every_epoch() -> None:
 def test_shard_order_pinned() -> None:
     """The order must be the same on any machine; a numpy stream change would break resumed runs."""
     assert shard_order(8, PlanConfig(1, 0, seed=0), 0) == [2, 4, 3, 6, 5, 0, 1, 7]
-    config = PlanConfig(1, 0, seed=0, block_size=4, shuffle_buffer=8)
-    windows = plan_windows(epoch_runs([10, 10], config, 0), config, epoch=0, rank=0, worker_index=0)
-    assert [(s.shard_index, s.start) for s in windows[0].spans] == PINNED_FIRST_WINDOW
-    assert yield_order(windows)[:6] == PINNED_FIRST_YIELDS
+    for layout, first_window in ((2, [(0, 8), (1, 0), (1, 8)]), (3, [(0, 8), (1, 0)])):
+        config = PlanConfig(1, 0, seed=0, block_size=4, shuffle_buffer=8, layout=layout)
+        windows = plan_windows(epoch_runs([10, 10], config, 0), config, epoch=0, rank=0, worker_index=0)
+        assert [(s.shard_index, s.start) for s in windows[0].spans] == first_window
+        assert yield_order(windows)[:6] == PINNED_FIRST_YIELDS
+    assert permute(range(10), 10, (0,)).tolist() == [0, 5, 3, 7, 6, 1, 9, 8, 4, 2]
+    assert permute([10**9, 5 * 10**9], 10**10, (1, 2)).tolist() == [5198380658, 7096012463]
 
 
-PINNED_FIRST_WINDOW = [(0, 8), (1, 0), (1, 8)]  # blocks of 2, 4 and 2 samples, read in shard order
 PINNED_FIRST_YIELDS = [
     (1, 3, False),
     (1, 1, False),
@@ -272,10 +282,10 @@ PINNED_FIRST_YIELDS = [
 
 
 def test_blocks_spread_each_worker_over_the_rank_share() -> None:
-    """Layout 2 permutes blocks across the rank's whole share before the worker split: with two shards
+    """Layouts 2 and 3 permute blocks across the rank's whole share before the worker split: with two shards
     of 400 samples, each of two workers reads from both; layout 1 (contiguous worker parts) does not."""
     sizes = [400, 400]
-    for layout, spread in ((2, True), (1, False)):
+    for layout, spread in ((3, True), (2, True), (1, False)):
         config = PlanConfig(1, 2, shuffle=True, block_size=4, layout=layout)
         yields = all_yields(sizes, config)
         shards = [{s for s, _, _ in yields[0, w]} for w in range(2)]
@@ -341,7 +351,7 @@ def test_span_len() -> None:
         ({"world_size": 2, "num_workers": 1, "block_size": 0}, "block_size must be >= 1, got 0"),
         ({"world_size": 2, "num_workers": 1, "remainder": "wrap"}, "'pad' or 'drop', got 'wrap'"),
         ({"world_size": 2, "num_workers": 1, "shuffle_buffer": 0}, "shuffle_buffer must be >= 1, got 0"),
-        ({"world_size": 2, "num_workers": 1, "layout": 3}, r"layout must be one of \(1, 2\), got 3"),
+        ({"world_size": 2, "num_workers": 1, "layout": 4}, r"layout must be one of \(1, 2, 3\), got 4"),
     ],
 )
 def test_config_validation(kwargs: dict[str, object], message: str) -> None:

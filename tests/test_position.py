@@ -4,6 +4,7 @@ states, refusals that say what to do."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -27,12 +28,12 @@ def test_resume_point_round_trips_every_field_through_shared_memory() -> None:
     position = Position()
     earlier = Segment(PlanConfig(3, 1, seed=7, shuffle=False, batch_size=5, block_size=2, layout=1), 4)
     position.set_resume_point(3, (earlier, Segment(CONFIG, 2)))
-    assert position.resume_point(CONFIG) == ((earlier,), 2)  # the last plan again: continued exactly
+    assert position.resume_point(CONFIG) == (CONFIG, (earlier,), 2)  # the last plan again: continued exactly
     assert position.epoch == 3
     position.set_epoch(3)  # the same epoch again keeps the resume point
-    assert position.resume_point(CONFIG) == ((earlier,), 2)
+    assert position.resume_point(CONFIG) == (CONFIG, (earlier,), 2)
     position.set_epoch(4)  # another epoch drops it
-    assert position.resume_point(CONFIG) == ((), 0)
+    assert position.resume_point(CONFIG) == (CONFIG, (), 0)
     assert position.epoch_sets == 3
 
 
@@ -40,8 +41,22 @@ def test_another_plan_replans_every_saved_segment() -> None:
     position = Position()
     saved = (Segment(PlanConfig(4, 0, seed=7, batch_size=2), 3), Segment(CONFIG, 6))
     position.set_resume_point(5, saved)
-    assert position.resume_point(PlanConfig(3, 2, seed=7, batch_size=4)) == (saved, 0)
-    assert position.resume_point(CONFIG) == (saved[:1], 6)
+    other = PlanConfig(3, 2, seed=7, batch_size=4)
+    assert position.resume_point(other) == (other, saved, 0)
+    assert position.resume_point(CONFIG) == (CONFIG, saved[:1], 6)
+
+
+def test_a_state_of_an_older_layout_continues_in_it() -> None:
+    """The same plan saved in layout 2 continues exactly in layout 2 (states saved before layout 3)."""
+    position = Position()
+    old = replace(CONFIG, layout=2)
+    position.set_resume_point(1, (Segment(old, 3),))
+    assert position.resume_point(CONFIG) == (old, (), 3)
+    assert position.resume_point(replace(CONFIG, batch_size=2)) == (
+        replace(CONFIG, batch_size=2),
+        (Segment(old, 3),),
+        0,
+    )
 
 
 def test_a_pass_is_complete_when_its_planned_batches_are_handed_out() -> None:
@@ -49,7 +64,7 @@ def test_a_pass_is_complete_when_its_planned_batches_are_handed_out() -> None:
     a set_epoch after a complete pass drops the resume point even for the same epoch."""
     position = Position()
     position.set_resume_point(2, (Segment(CONFIG, 3),))
-    history, batches = position.resume_point(CONFIG)
+    _, history, batches = position.resume_point(CONFIG)
     progress = PassProgress(2, position.epoch_sets, history, CONFIG, batches, planned=5)
     position.progress = progress
     assert position.saved() == (2, (Segment(CONFIG, 3),))
@@ -58,7 +73,7 @@ def test_a_pass_is_complete_when_its_planned_batches_are_handed_out() -> None:
     progress.batches += 1
     assert progress.complete and position.saved() == (3, ())
     position.set_epoch(2)  # the resumed epoch again, after it completed: a fresh epoch 2
-    assert position.resume_point(CONFIG) == ((), 0)
+    assert position.resume_point(CONFIG) == (CONFIG, (), 0)
     assert position.current() is None and position.saved() == (2, ())
 
 

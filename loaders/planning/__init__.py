@@ -16,7 +16,8 @@ per-batch composition), :mod:`.position` (where a run stands, shared with worker
 
 from loaders.planning.elastic import Segment, remaining_of, remaining_runs
 from loaders.planning.mixture import cursor_runs, epoch_schedule, epoch_sequence
-from loaders.planning.planner import PlanConfig, Span, Window, plan_epoch, plan_windows
+from loaders.planning.plan import plan_epoch, plan_windows
+from loaders.planning.planner import PlanConfig, Span, Window
 from loaders.planning.weights import EpochMix, Stage, Stages, epoch_mix, largest_remainder
 
 __all__ = [

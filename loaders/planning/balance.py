@@ -38,14 +38,10 @@ def batch_counts(totals: list[int], batch_size: int) -> list[list[int]]:
     return out
 
 
-def balanced_batches(rows: np.ndarray, batch_size: int) -> np.ndarray:
-    """``rows`` reordered batch by batch as the module says: ``(n, 4)`` rows in the new stream order."""
-    if len(rows) == 0:
-        return rows
-    lengths = rows[:, 2] - rows[:, 1]
-    owner = np.repeat(np.arange(len(rows)), lengths)  # (L,) row of each sample
-    j = rows[owner, 1] + np.arange(len(owner)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    source = rows[owner, 0]
+def balanced_order(source: np.ndarray, batch_size: int) -> np.ndarray:
+    """``(L,)`` the stream positions in their new order, given each position's source."""
+    if len(source) == 0:
+        return np.zeros(0, dtype=np.int64)
     num_sources = int(source.max()) + 1
     members = [np.flatnonzero(source == s) for s in range(num_sources)]  # each source's samples in order
     given = [0] * num_sources
@@ -54,7 +50,18 @@ def balanced_batches(rows: np.ndarray, batch_size: int) -> np.ndarray:
         for s, n in enumerate(counts):
             order.append(members[s][given[s] : given[s] + n])
             given[s] += n
-    picked = np.concatenate(order)  # (L,) stream index of each sample in the new order
+    return np.concatenate(order).astype(np.int64)
+
+
+def balanced_batches(rows: np.ndarray, batch_size: int) -> np.ndarray:
+    """``rows`` reordered batch by batch as the module says: ``(n, 4)`` rows in the new stream order."""
+    if len(rows) == 0:
+        return rows
+    lengths = rows[:, 2] - rows[:, 1]
+    owner = np.repeat(np.arange(len(rows)), lengths)  # (L,) row of each sample
+    j = rows[owner, 1] + np.arange(len(owner)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    source = rows[owner, 0]
+    picked = balanced_order(source, batch_size)  # (L,) stream index of each sample in the new order
     src, jj, pad = source[picked], j[picked], rows[owner[picked], 3]
     new_row = np.ones(len(picked), dtype=bool)
     new_row[1:] = (src[1:] != src[:-1]) | (pad[1:] != pad[:-1]) | (jj[1:] != jj[:-1] + 1)

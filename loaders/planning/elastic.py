@@ -7,6 +7,9 @@ epoch is the epoch's sequence minus those samples, in the same order (``remainin
 plans that rest like a fresh sequence with its own config (``loaders.planning.planner``), so every new rank
 again runs the same number of steps, and over the epoch each sample is read once, plus the flagged pads (or
 minus the drops) of each segment. A run resized twice in one epoch folds its segments in order.
+
+Layout 3 (:func:`epoch_samples`) never writes the rest out: :class:`RestSequence` finds its positions on
+demand, as the fresh epoch's sequence does. Layouts 1 and 2 (states saved before it) subtract runs.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from loaders.planning.planner import (
+    LAZY_LAYOUT,
     PlanConfig,
     Runs,
     epoch_runs,
@@ -29,6 +33,7 @@ from loaders.planning.planner import (
     worker_part,
     worker_sample_counts,
 )
+from loaders.planning.stream import RankStream, RunsSequence, Samples, reading_order
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,3 +139,94 @@ def _subtract(runs: Runs, taken: Runs, offsets: np.ndarray) -> Runs:
     out = np.column_stack([shard, lows[groups], np.append(highs[groups[1:] - 1], highs[-1:])])
     out[:, 1:] -= offsets[shard][:, None]
     return out.astype(np.int64)
+
+
+def epoch_samples(
+    shard_sizes: Sequence[int], config: PlanConfig, history: Sequence[Segment], epoch: int
+) -> Samples:
+    """The sequence a pass of ``epoch`` plans over: the fresh epoch's (laid out as the first segment's
+    plan, or ``config``'s without one) less what each segment of ``history`` consumed, in order."""
+    first = history[0].config if history else config
+    return rest_of(RunsSequence(epoch_runs(shard_sizes, first, epoch)), shard_sizes, history, epoch)
+
+
+def rest_of(sequence: Samples, shard_sizes: Sequence[int], history: Sequence[Segment], epoch: int) -> Samples:
+    """``sequence`` less what each segment of ``history`` consumed: lazily for layout-3 segments, as runs
+    for older ones (which only ever come first: a resumed run plans with the newest layout)."""
+    for segment in history:
+        if segment.config.layout >= LAZY_LAYOUT:
+            sequence = RestSequence(sequence, segment.config, epoch, segment.batches)
+        elif isinstance(sequence, RunsSequence):
+            sequence = RunsSequence(remaining_of(sequence.runs, shard_sizes, [segment], epoch))
+        else:
+            raise ValueError(f"a layout-{segment.config.layout} segment cannot follow a layout-3 one")
+    return sequence
+
+
+class RestSequence:
+    """What a layout-3 segment (``batches`` batches of ``config`` on every rank) left of ``sequence``.
+
+    In order: for each rank, for each worker, the unread stretch of its part of the rank's stream, less
+    the samples its current window had handed out (the window's permutation decides which) and less the
+    rank's pads; then the tail the plan dropped. Positions are found through prefix sums over those
+    pieces and a sorted list of the excluded positions: memory grows with ranks x workers x one window,
+    not with the epoch.
+    """
+
+    _SHIFT = 40  # exclusions are keyed (piece << 40) + position: positions stay below 2^40
+
+    def __init__(self, sequence: Samples, config: PlanConfig, epoch: int, batches: int) -> None:
+        self.sequence = sequence
+        per_rank = samples_per_rank(sequence.size, config.world_size, config.remainder)
+        counts = worker_sample_counts(per_rank, config.num_workers, config.batch_size)
+        window = config.shuffle_buffer
+        self.streams = [RankStream(sequence, config, epoch, r) for r in range(config.world_size)]
+        begins, ranks, sizes, keys = [], [], [], []
+        for rank, stream in enumerate(self.streams):
+            pads = stream.pad_positions()
+            for worker in range(config.num_readers):
+                first, count = sum(counts[:worker]), counts[worker]
+                taken = consumed_count(config, per_rank, worker, batches)
+                whole = taken // window * window
+                begin, end = first + whole, first + count
+                excluded = pads[(pads >= begin) & (pads < end)]
+                if taken > whole:  # the current window: its first samples in yield order were handed out
+                    seed = window_seed(config, epoch, rank, worker, whole // window)
+                    positions = np.arange(begin, min(begin + window, end), dtype=np.int64)
+                    read = positions[reading_order(*stream.take(positions), config.shuffle)]
+                    handed = read[window_permutation(seed, len(read))[: taken - whole]]
+                    excluded = np.union1d(excluded, handed)
+                piece = len(begins)
+                begins.append(begin)
+                ranks.append(rank)
+                sizes.append(end - begin - len(excluded))
+                relative = excluded - begin
+                keys.append((piece << self._SHIFT) + relative - np.arange(len(relative)))
+        tail = sequence.size - config.world_size * per_rank if config.remainder == "drop" else 0
+        begins.append(config.world_size * per_rank)
+        ranks.append(-1)  # the dropped tail: sequence positions, no rank stream
+        sizes.append(max(tail, 0))
+        self.begins = np.asarray(begins, dtype=np.int64)
+        self.ranks = np.asarray(ranks, dtype=np.int64)
+        self.ends = np.cumsum(np.asarray(sizes, dtype=np.int64))
+        self.keys = np.concatenate([np.zeros(0, np.int64), *keys]).astype(np.int64)
+        self.sizes = np.diff(self.ends, prepend=0)
+        self.size = int(self.ends[-1])
+
+    def take(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        piece = np.searchsorted(self.ends, positions, side="right")
+        local = positions - (self.ends[piece] - self.sizes[piece])
+        key = (piece << self._SHIFT) + local
+        skipped = np.searchsorted(self.keys, key, side="right") - np.searchsorted(
+            self.keys, piece << self._SHIFT, side="left"
+        )
+        stream_position = self.begins[piece] + local + skipped
+        where = np.empty(len(positions), dtype=np.int64)
+        ranks = self.ranks[piece]
+        for rank in np.unique(ranks).tolist():
+            mine = ranks == rank
+            if rank < 0:
+                where[mine] = stream_position[mine]
+            else:
+                where[mine] = self.streams[rank].sequence_positions(stream_position[mine])
+        return self.sequence.take(where)

@@ -33,6 +33,7 @@ Seeds never come from time, pid or ``hash()``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -51,7 +52,9 @@ WindowRows = tuple[Blocks, "tuple[int, ...] | None"]
 
 DEFAULT_BLOCK_SIZE = 4
 DEFAULT_SHUFFLE_BUFFER = 1024
-LAYOUTS = (1, 2)
+LAYOUTS = (1, 2, 3)
+LAZY_LAYOUT = 3
+"""The first layout planned a window at a time (:mod:`.stream`); older ones write a worker's part out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +82,7 @@ class PlanConfig:
     batch_size: int = 1
     block_size: int = DEFAULT_BLOCK_SIZE  # longest contiguous read the shuffle keeps in one piece
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER  # samples per window: the memory bound per worker
-    layout: int = 2
+    layout: int = LAZY_LAYOUT
     permute_blocks: bool = True  # False for a mixture: its sequence is shuffled already (rule 3 skipped)
     balance_batches: bool = False  # a mixture's per-batch option (``loaders.planning.balance``)
 
@@ -178,21 +181,52 @@ def worker_sample_counts(per_rank: int, num_workers: int, batch_size: int) -> li
 
 def shard_order(num_shards: int, config: PlanConfig, epoch: int) -> list[int]:
     """The epoch's shard order; only (seed, epoch) seed it, so every rank agrees without communicating."""
+    return shard_permutation(num_shards, config, epoch).tolist()
+
+
+def shard_permutation(num_shards: int, config: PlanConfig, epoch: int) -> np.ndarray:
+    """:func:`shard_order` as an int64 array (a shard table may hold a million shards)."""
     _check_int("epoch", epoch, low=0)
     if not config.shuffle:
-        return list(range(num_shards))
+        return np.arange(num_shards, dtype=np.int64)
     rng = np.random.default_rng(np.random.SeedSequence([config.seed, epoch]))
-    return [int(i) for i in rng.permutation(num_shards)]
+    return rng.permutation(num_shards).astype(np.int64)
 
 
 def epoch_runs(shard_sizes: Sequence[int], config: PlanConfig, epoch: int) -> Runs:
-    """A fresh epoch's sequence: every non-empty shard, whole, in the epoch's shard order."""
+    """A fresh epoch's sequence: every non-empty shard, whole, in the epoch's shard order; from layout 3
+    on, rotated by the epoch's offset (:func:`sequence_offset`)."""
     sizes = _sizes(shard_sizes)
-    order = [i for i in shard_order(len(sizes), config, epoch) if sizes[i] > 0]
-    runs = np.zeros((len(order), 3), dtype=np.int64)
-    runs[:, 0] = order
-    runs[:, 2] = [sizes[i] for i in order]
-    return runs
+    order = shard_permutation(len(sizes), config, epoch)
+    order = order[sizes[order] > 0]
+    runs = np.column_stack([order, np.zeros_like(order), sizes[order]])
+    if config.layout < LAZY_LAYOUT:
+        return runs
+    return rotated(runs, sequence_offset(int(sizes.sum()), config, epoch))
+
+
+ROTATION_STREAM = 0x726F74  # keeps the rotation's seed apart from the shard order's
+
+
+def sequence_offset(total: int, config: PlanConfig, epoch: int) -> int:
+    """Layout 3's rotation of the epoch's sequence: ``first + epoch * step`` mod ``total``, ``step``
+    coprime to ``total``, so consecutive epochs never share one and the dropped tail visits every
+    position."""
+    if not config.shuffle or total <= 1:
+        return 0
+    rng = np.random.default_rng(np.random.SeedSequence([config.seed, ROTATION_STREAM]))
+    first, step = (int(x) for x in rng.integers(0, total, size=2))
+    step = step or 1
+    while math.gcd(step, total) != 1:
+        step += 1
+    return (first + epoch * step) % total
+
+
+def rotated(runs: Runs, offset: int) -> Runs:
+    """``runs`` as a sequence that starts at its position ``offset`` and wraps around."""
+    if offset == 0:
+        return runs
+    return np.concatenate([slice_rows(runs, offset, num_samples(runs)), slice_rows(runs, 0, offset)])
 
 
 def batches_per_rank(total: int, config: PlanConfig) -> int:
@@ -202,20 +236,11 @@ def batches_per_rank(total: int, config: PlanConfig) -> int:
     return sum(-(-n // config.batch_size) for n in counts)
 
 
-def plan_windows(runs: Runs, config: PlanConfig, *, epoch: int, rank: int, worker_index: int) -> list[Window]:
-    """The windows this (rank, worker) reads over the sequence ``runs``, in reading order."""
-    windows = window_blocks(runs, config, epoch=epoch, rank=rank, worker_index=worker_index)
-    return [Window(list(map(Run._make, rows.tolist())), seed) for rows, seed in windows]
-
-
-def window_blocks(
+def written_windows(
     runs: Runs, config: PlanConfig, *, epoch: int, rank: int, worker_index: int
 ) -> list[WindowRows]:
-    """:func:`plan_windows`'s windows as ``(rows, seed)``, rows still an array: a mixture's windows hold a
-    row for nearly every sample, which it reads without a tuple each."""
-    _check_int("epoch", epoch, low=0)
-    _check_int("rank", rank, low=0, high=config.world_size)
-    _check_int("worker_index", worker_index, low=0, high=config.num_readers)
+    """Layouts 1 and 2: a worker's windows as ``(rows, seed)``, its whole part written out first."""
+    check_plan_args(config, epoch, rank, worker_index)
     part = worker_part(runs, config, epoch=epoch, rank=rank, worker_index=worker_index)
     total, size = num_samples(part), config.shuffle_buffer
     bounds = [*range(0, total, size), total]
@@ -225,19 +250,16 @@ def window_blocks(
     ]
 
 
+def check_plan_args(config: PlanConfig, epoch: int, rank: int, worker_index: int) -> None:
+    _check_int("epoch", epoch, low=0)
+    _check_int("rank", rank, low=0, high=config.world_size)
+    _check_int("worker_index", worker_index, low=0, high=config.num_readers)
+
+
 def window_seed(
     config: PlanConfig, epoch: int, rank: int, worker: int, window: int
 ) -> tuple[int, ...] | None:
     return (config.seed, epoch, rank, worker, window) if config.shuffle else None
-
-
-def plan_epoch(
-    shard_sizes: Sequence[int], config: PlanConfig, *, epoch: int, rank: int, worker_index: int
-) -> list[Span]:
-    """Spans this (rank, worker) reads in a fresh ``epoch``, in read order (windows one after another)."""
-    runs = epoch_runs(shard_sizes, config, epoch)
-    windows = plan_windows(runs, config, epoch=epoch, rank=rank, worker_index=worker_index)
-    return [span for window in windows for span in window.spans]
 
 
 def yield_order(windows: Sequence[Window]) -> list[tuple[int, int, bool]]:
@@ -343,9 +365,16 @@ def num_samples(rows: np.ndarray) -> int:
     return int((rows[:, 2] - rows[:, 1]).sum())
 
 
-def _sizes(shard_sizes: Sequence[int]) -> list[int]:
-    """Plain non-negative ints, so spans never carry numpy scalars into JSON state or logs."""
+def _sizes(shard_sizes: Sequence[int]) -> np.ndarray:
+    """Non-negative ints as an int64 array (a bool or a float is refused, not rounded); an integer array
+    is checked at once, a list item by item."""
+    if isinstance(shard_sizes, np.ndarray) and shard_sizes.dtype.kind in "iu":
+        sizes = shard_sizes.astype(np.int64).reshape(-1)
+        if len(sizes) and sizes.min() < 0:
+            index = int(np.argmax(sizes < 0))
+            raise ValueError(f"shard_sizes[{index}] must be a non-negative int, got {sizes[index]}")
+        return sizes
     for index, size in enumerate(shard_sizes):
         if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 0:
             raise ValueError(f"shard_sizes[{index}] must be a non-negative int, got {size!r}")
-    return [int(size) for size in shard_sizes]
+    return np.array(shard_sizes, dtype=np.int64).reshape(-1)

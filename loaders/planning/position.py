@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -98,14 +98,14 @@ class Position:
         raw = bytes(self._pending[:length].numpy()) if length else b"[]"
         return tuple(Segment(PlanConfig(**s["config"]), s["batches"]) for s in json.loads(raw))
 
-    def resume_point(self, config: PlanConfig) -> tuple[tuple[Segment, ...], int]:
-        """``(history, batches)`` a pass planned with ``config`` starts from: the pending segments continued
-        exactly when the last one's plan is ``config``, else all of them re-planned; nothing pending: the
-        epoch's start."""
+    def resume_point(self, config: PlanConfig) -> tuple[PlanConfig, tuple[Segment, ...], int]:
+        """``(config, history, batches)`` a pass planned with ``config`` starts from: the pending segments
+        continued exactly when the last one's plan is ``config`` (or is ``config`` in an older layout, which
+        the pass then keeps), else all of them re-planned; nothing pending: the epoch's start."""
         segments = self.pending()
-        if segments and segments[-1].config == config:
-            return segments[:-1], segments[-1].batches
-        return segments, 0
+        if segments and segments[-1].config == replace(config, layout=segments[-1].config.layout):
+            return segments[-1].config, segments[:-1], segments[-1].batches
+        return config, segments, 0
 
     def set_resume_point(self, epoch: int, segments: Sequence[Segment]) -> None:
         raw = json.dumps([{"config": asdict(s.config), "batches": s.batches} for s in segments]).encode()
