@@ -11,7 +11,7 @@ Every sample carries ``__source__``, its source's index in ``names``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import lru_cache, partial
 from typing import Any
@@ -21,9 +21,17 @@ import torch
 
 from loaders.dataset import MAX_WORKERS, ShardedDataset
 from loaders.mixture_sources import checked_sources
-from loaders.planning.elastic import Segment, remaining_of
-from loaders.planning.mixture import cursor_runs, epoch_sequence, first_cursors, source_position
+from loaders.planning.elastic import Segment, rest_of
+from loaders.planning.mixture import (
+    cursor_rows,
+    cursor_runs,
+    epoch_samples_of,
+    first_cursors,
+    source_position,
+)
+from loaders.planning.plan import window_blocks
 from loaders.planning.planner import (
+    LAZY_LAYOUT,
     Blocks,
     PlanConfig,
     Run,
@@ -31,10 +39,10 @@ from loaders.planning.planner import (
     Window,
     WindowRows,
     num_samples,
-    window_blocks,
     window_permutation,
 )
 from loaders.planning.position import Position
+from loaders.planning.stream import Samples
 from loaders.planning.weights import EpochMix, WeightSchedule, epoch_mix, epoch_weights
 from loaders.reading.columns import Columns
 from loaders.reading.mixed import by_source, read_order
@@ -42,6 +50,9 @@ from loaders.reading.mixed_landing import SourcePart, land_pieces
 from loaders.reading.readers import ShardReaders
 from loaders.reading.windows import OnError, WindowReader, piece_ends
 from shardpipe.errors import DataError
+
+Locate = Callable[[int, int, int], Runs]
+"""``(source, begin, end) -> rows``: a source's real rows for a stretch of its global cursor."""
 
 
 class Mixture(ShardedDataset):
@@ -97,6 +108,7 @@ class Mixture(ShardedDataset):
         )
         self.shards = tuple(shard for d in datasets for shard in d.shards)
         self.shard_sizes = [n for d in datasets for n in d.shard_sizes]
+        self._source_ends = [np.cumsum(np.asarray(d.shard_sizes, dtype=np.int64)) for d in datasets]
         self.shard_offsets = tuple(int(x) for x in np.cumsum([0, *(len(d.shards) for d in datasets)])[:-1])
         self.rank, self.world_size = first.rank, first.world_size
         self.decoders, self.transform = first.decoders, first.transform
@@ -177,11 +189,9 @@ class Mixture(ShardedDataset):
             balance_batches=self.per_batch,
         )
 
-    def _runs(self, epoch: int, history: tuple[Segment, ...]) -> Runs:
-        mix = self.mix(epoch)
-        if history:
-            return _remaining(mix, self.options.seed, history, epoch)
-        return epoch_sequence(mix, self.options.seed, epoch)
+    def _runs(self, epoch: int, history: tuple[Segment, ...], config: PlanConfig) -> Samples:
+        layout = history[0].config.layout if history else config.layout
+        return _remaining(self.mix(epoch), self.options.seed, history, epoch, layout)
 
     # ---- state ---------------------------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -233,11 +243,22 @@ class Mixture(ShardedDataset):
         windows = window_blocks(
             plan.runs, plan.config, epoch=plan.epoch, rank=self.rank, worker_index=plan.role
         )
-        self._plan_remote([rows for rows, _ in windows], plan.epoch)
-        columns = self._read(windows, plan.skip, plan.epoch, plan.worker_index)
+        locate = partial(self._locate, plan.config.layout)
+        if any(d.source.remote for d in self.datasets):
+            self._plan_remote([rows for rows, _ in windows], plan.epoch, locate)
+        columns = self._read(windows, plan.skip, plan.epoch, plan.worker_index, locate)
         return self._hand_out(columns, plan.epoch, plan.worker_index)
 
-    def _plan_remote(self, windows: Sequence[Blocks], epoch: int) -> None:
+    def _locate(self, layout: int, source: int, begin: int, end: int) -> Runs:
+        """Source ``source``'s real ``(shard, start, stop)`` rows for its global cursors [begin, end)."""
+        options, seed = self.datasets[source].options, self.options.seed
+        if layout >= LAZY_LAYOUT:
+            ends = self._source_ends[source]
+            return cursor_rows(ends, options.block_size, options.shuffle, seed, source, begin, end)
+        sizes = self.datasets[source].shard_sizes
+        return cursor_runs(sizes, options.block_size, options.shuffle, seed, source, begin, end)
+
+    def _plan_remote(self, windows: Sequence[Blocks], epoch: int, locate: Locate) -> None:
         """Tell each remote source's cache the shards this worker reads, in order, so it prefetches: the
         worker's real samples of a source are one stretch of its cursor (pads re-read a few)."""
         cursors = self.cursors(epoch)
@@ -248,14 +269,12 @@ class Mixture(ShardedDataset):
                 continue
             begin = cursors[source] + int(rows[:, 1].min())
             end = cursors[source] + int(rows[:, 2].max())
-            found = cursor_runs(
-                d.shard_sizes, d.options.block_size, d.options.shuffle, self.options.seed, source, begin, end
-            )
+            found = locate(source, begin, end)
             order = found[:, 0].tolist()
             d.source.plan([d.shards[i] for k, i in enumerate(order) if k == 0 or order[k - 1] != i])
 
     def _read(
-        self, windows: Sequence[WindowRows], skip: int, epoch: int, worker_index: int
+        self, windows: Sequence[WindowRows], skip: int, epoch: int, worker_index: int, locate: Locate
     ) -> Iterator[Columns]:
         count_errors = partial(self._count_errors, worker_index)
         readers = [
@@ -276,29 +295,22 @@ class Mixture(ShardedDataset):
                 skip -= size
                 continue
             order = read_order(rows)[window_permutation(seed, size)[skip:]]
-            for columns in self._window(self._source_runs(rows, cursors), order, readers, yielded):
+            for columns in self._window(self._source_runs(rows, cursors, locate), order, readers, yielded):
                 yielded += len(columns)
                 yield columns
             skip = 0
 
-    def _source_runs(self, rows: Blocks, cursors: Sequence[int]) -> list[tuple[int, list[Run]]]:
+    def _source_runs(
+        self, rows: Blocks, cursors: Sequence[int], locate: Locate
+    ) -> list[tuple[int, list[Run]]]:
         """Each source of the window (in order of first appearance) and the runs of its samples, in the
         order :func:`~loaders.reading.mixed.read_order` undoes."""
         grouped = []
         for source, joined in by_source(rows).items():
-            d = self.datasets[source]
             real: list[Run] = []
             for _, j0, j1, is_pad in joined.tolist():
                 begin = cursors[source] + j0
-                found = cursor_runs(
-                    d.shard_sizes,
-                    d.options.block_size,
-                    d.options.shuffle,
-                    self.options.seed,
-                    source,
-                    begin,
-                    begin + j1 - j0,
-                )
+                found = locate(source, begin, begin + j1 - j0)
                 real += [Run(int(s), int(a), int(b), is_pad) for s, a, b in found.tolist()]
             grouped.append((source, real))
         return grouped
@@ -362,5 +374,5 @@ class Mixture(ShardedDataset):
 
 
 @lru_cache(maxsize=8)
-def _remaining(mix: EpochMix, seed: int, history: tuple[Segment, ...], epoch: int) -> Runs:
-    return remaining_of(epoch_sequence(mix, seed, epoch), mix.counts, history, epoch)
+def _remaining(mix: EpochMix, seed: int, history: tuple[Segment, ...], epoch: int, layout: int) -> Samples:
+    return rest_of(epoch_samples_of(mix, seed, epoch, layout), mix.counts, history, epoch)

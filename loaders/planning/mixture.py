@@ -19,6 +19,11 @@ Rules:
    ``block_size`` and permuted by ``SeedSequence([seed, SOURCE_STREAM, s, pass])`` (stored order without
    shuffle). No sample repeats within a pass; a contiguous stretch of g is a few long reads.
 Nothing here depends on rank, worker, time or pid.
+
+Layout 3 evaluates the same rules by range, never writing an epoch out (:class:`MixtureSequence`): the
+schedule is :mod:`.schedule`'s tree of two-way splits (every prefix within one sample of each share for
+up to three sources, within 1.68 for any number), and a pass's block order is a seeded bijection
+(:class:`~.permutation.BlockPermutation` over the source's stored order, :func:`cursor_rows`).
 """
 
 from __future__ import annotations
@@ -28,7 +33,10 @@ from functools import lru_cache
 
 import numpy as np
 
+from loaders.planning.permutation import BlockPermutation
 from loaders.planning.planner import Runs, cut_blocks, slice_rows
+from loaders.planning.schedule import schedule_tree, sources_at
+from loaders.planning.stream import RunsSequence, spans_of
 from loaders.planning.weights import EpochMix
 
 SOURCE_STREAM = 0x6D6978  # keeps a source's pass seeds apart from the epoch seeds of a single dataset
@@ -148,3 +156,73 @@ def source_position(cursor: int, size: int) -> dict[str, int]:
     """Where a source stands at global cursor ``cursor``: its pass and the position in it."""
     number, offset = divmod(cursor, size)
     return {"pass": number, "position": offset}
+
+
+class MixtureSequence:
+    """A fresh epoch's sequence in layout 3: position -> ``(source, j)`` computed by range (rules 1-3)."""
+
+    def __init__(self, mix: EpochMix, seed: int, epoch: int) -> None:
+        self.trees = [schedule_tree(stage.counts, [seed, epoch, i]) for i, stage in enumerate(mix.stages)]
+        sizes = [stage.num_samples for stage in mix.stages]
+        self.starts = np.cumsum([0, *sizes])  # (stages + 1,) first position of each stage
+        before = np.cumsum([[0] * len(mix.counts), *(stage.counts for stage in mix.stages)], axis=0)
+        self.before = before.astype(np.int64)  # (stages + 1, sources) each source's samples before a stage
+        self.size = int(self.starts[-1])
+
+    def take(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Positions are walked as the contiguous stretches they form (a window is one or two)."""
+        source = np.empty(len(positions), dtype=np.int64)
+        j = np.empty(len(positions), dtype=np.int64)
+        order = np.argsort(positions, kind="stable")
+        ordered = positions[order]
+        breaks = np.flatnonzero(np.diff(ordered) > 1) + 1
+        for piece in np.split(np.arange(len(ordered)), breaks):
+            if not len(piece):
+                continue
+            begin, end = int(ordered[piece[0]]), int(ordered[piece[-1]]) + 1
+            found_source, found_j = self._range(begin, end)
+            offset = ordered[piece] - begin
+            source[order[piece]], j[order[piece]] = found_source[offset], found_j[offset]
+        return source, j
+
+    def _range(self, begin: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        sources, js = [], []
+        first = int(np.searchsorted(self.starts, begin, side="right")) - 1
+        for stage in range(first, len(self.trees)):
+            low, high = max(begin, int(self.starts[stage])), min(end, int(self.starts[stage + 1]))
+            if low >= end:
+                break
+            if low < high:
+                source, j = sources_at(self.trees[stage], low - self.starts[stage], high - self.starts[stage])
+                sources.append(source)
+                js.append(j + self.before[stage][source])
+        return np.concatenate(sources), np.concatenate(js)
+
+
+def epoch_samples_of(mix: EpochMix, seed: int, epoch: int, layout: int) -> MixtureSequence | RunsSequence:
+    """A fresh epoch's sequence in ``layout``: by range from layout 3, written out before."""
+    if layout >= 3:
+        return MixtureSequence(mix, seed, epoch)
+    return RunsSequence(epoch_sequence(mix, seed, epoch))
+
+
+def cursor_rows(
+    shard_ends: np.ndarray, block_size: int, shuffle: bool, seed: int, source: int, begin: int, end: int
+) -> Runs:
+    """Layout 3's :func:`cursor_runs`: the source's ``(shard, start, stop)`` rows for global cursors
+    [begin, end), each pass's block order a seeded bijection of its stored order (no table of blocks).
+    ``shard_ends`` are the source's shard sizes summed (``np.cumsum``), computed once by the caller."""
+    size = int(shard_ends[-1]) if len(shard_ends) else 0
+    if size == 0:
+        raise ValueError(f"source {source} has no samples")
+    cursors = np.arange(begin, end, dtype=np.int64)
+    number, offset = np.divmod(cursors, size)
+    stored = np.empty_like(cursors)
+    for pass_number in np.unique(number).tolist():
+        mine = number == pass_number
+        entropy = (seed, SOURCE_STREAM, source, pass_number) if shuffle else None
+        stored[mine] = BlockPermutation(size, block_size, entropy).source(offset[mine])
+    shard = np.searchsorted(shard_ends, stored, side="right")
+    starts = np.where(shard > 0, shard_ends[shard - 1], 0)
+    rows = spans_of(shard, stored - starts, np.zeros_like(shard), shuffle=False)
+    return rows[:, :3]
