@@ -28,7 +28,7 @@ from torch.utils.data import IterableDataset
 from loaders.distributed.world import get_worker, get_world, planned_workers
 from loaders.planning.elastic import Segment, consumed_count, epoch_samples
 from loaders.planning.mixing import default_block_size, warn_if_poorly_mixed
-from loaders.planning.plan import plan_windows
+from loaders.planning.plan import plan_windows, skip_whole_windows
 from loaders.planning.planner import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_SHUFFLE_BUFFER,
@@ -340,9 +340,10 @@ class ShardedDataset(IterableDataset[Sample]):
     # ---- reading ------------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         plan = self._pass_plan()
-        windows = plan_windows(
+        planned = plan_windows(
             plan.runs, plan.config, epoch=plan.epoch, rank=self.rank, worker_index=plan.role
         )
+        windows, skip = skip_whole_windows(planned, plan.skip, plan.config.shuffle_buffer)
         if self.source.remote:  # the shards this worker reads, in order: the cache prefetches by it
             order = [run.shard_index for window in windows for run in window.runs]
             self.source.plan([self.shards[i] for k, i in enumerate(order) if k == 0 or order[k - 1] != i])
@@ -354,7 +355,7 @@ class ShardedDataset(IterableDataset[Sample]):
             count_errors=partial(self._count_errors, plan.worker_index),
             piece_size=self.batch_size * self.options.chunk_batches if self.batched else None,
         )
-        return self._hand_out(reader.read(windows, plan.skip), plan.epoch, plan.worker_index)
+        return self._hand_out(reader.read(windows, skip), plan.epoch, plan.worker_index)
 
     def _pass_plan(self) -> PassPlan:
         """What this worker's pass is planned from; the same for a single dataset and a mixture."""

@@ -29,7 +29,7 @@ from loaders.planning.mixture import (
     first_cursors,
     source_position,
 )
-from loaders.planning.plan import window_blocks
+from loaders.planning.plan import skip_whole_windows, window_blocks
 from loaders.planning.planner import (
     LAZY_LAYOUT,
     Blocks,
@@ -240,13 +240,14 @@ class Mixture(ShardedDataset):
     # ---- reading -------------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         plan = self._pass_plan()
-        windows = window_blocks(
+        planned = window_blocks(
             plan.runs, plan.config, epoch=plan.epoch, rank=self.rank, worker_index=plan.role
         )
+        windows, skip = skip_whole_windows(planned, plan.skip, plan.config.shuffle_buffer)
         locate = partial(self._locate, plan.config.layout)
         if any(d.source.remote for d in self.datasets):
             self._plan_remote([rows for rows, _ in windows], plan.epoch, locate)
-        columns = self._read(windows, plan.skip, plan.epoch, plan.worker_index, locate)
+        columns = self._read(windows, skip, plan.epoch, plan.worker_index, locate)
         return self._hand_out(columns, plan.epoch, plan.worker_index)
 
     def _locate(self, layout: int, source: int, begin: int, end: int) -> Runs:

@@ -7,6 +7,7 @@ for states saved before layout 3) write a worker's part out first. Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar, overload
 
 import numpy as np
 
@@ -59,6 +60,37 @@ def plan_epoch(
     return [span for window in windows for span in window.spans]
 
 
+T = TypeVar("T")
+
+
+def skip_whole_windows(windows: Sequence[T], skip: int, window_size: int) -> tuple[Sequence[T], int]:
+    """``windows`` from the first one a resume must read, and the samples still to skip in it: every
+    window but the last holds ``window_size`` samples, so the skipped ones are never computed."""
+    whole = min(skip // window_size, len(windows))
+    return _From(windows, whole), skip - whole * window_size
+
+
+class _From(Sequence[T]):
+    """``windows[first:]`` without computing (or copying) a lazy sequence's windows."""
+
+    def __init__(self, windows: Sequence[T], first: int) -> None:
+        self.windows, self.first = windows, first
+
+    def __len__(self) -> int:
+        return len(self.windows) - self.first
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[T]: ...
+    def __getitem__(self, index: int | slice) -> T | Sequence[T]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        return self.windows[self.first + index % len(self)]
+
+
 def _written(runs: Runs | Samples) -> Runs:
     """Layouts 1 and 2 plan over a sequence written out as runs."""
     if isinstance(runs, np.ndarray):
@@ -66,4 +98,4 @@ def _written(runs: Runs | Samples) -> Runs:
     written = getattr(runs, "runs", None)
     if written is None:
         raise ValueError("layouts 1 and 2 plan over runs, not over a layout-3 sequence")
-    return written
+    return np.asarray(written)
