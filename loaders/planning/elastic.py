@@ -23,6 +23,7 @@ from loaders.planning.planner import (
     LAZY_LAYOUT,
     PlanConfig,
     Runs,
+    ShardSizes,
     epoch_runs,
     num_samples,
     samples_per_rank,
@@ -88,7 +89,7 @@ def remaining_runs(shard_sizes: Sequence[int], history: Sequence[Segment], epoch
     return remaining_of(epoch_runs(shard_sizes, history[0].config, epoch), shard_sizes, history, epoch)
 
 
-def remaining_of(runs: Runs, shard_sizes: Sequence[int], history: Sequence[Segment], epoch: int) -> Runs:
+def remaining_of(runs: Runs, shard_sizes: ShardSizes, history: Sequence[Segment], epoch: int) -> Runs:
     """The sequence ``runs`` (each sample of ``shard_sizes`` at most once) left after ``history``: what a
     mixture, whose sequence is not a shard order, resumes from."""
     offsets = np.concatenate([[0], np.cumsum(np.asarray(shard_sizes, dtype=np.int64))])
@@ -142,7 +143,7 @@ def _subtract(runs: Runs, taken: Runs, offsets: np.ndarray) -> Runs:
 
 
 def epoch_samples(
-    shard_sizes: Sequence[int], config: PlanConfig, history: Sequence[Segment], epoch: int
+    shard_sizes: ShardSizes, config: PlanConfig, history: Sequence[Segment], epoch: int
 ) -> Samples:
     """The sequence a pass of ``epoch`` plans over: the fresh epoch's (laid out as the first segment's
     plan, or ``config``'s without one) less what each segment of ``history`` consumed, in order."""
@@ -150,7 +151,7 @@ def epoch_samples(
     return rest_of(RunsSequence(epoch_runs(shard_sizes, first, epoch)), shard_sizes, history, epoch)
 
 
-def rest_of(sequence: Samples, shard_sizes: Sequence[int], history: Sequence[Segment], epoch: int) -> Samples:
+def rest_of(sequence: Samples, shard_sizes: ShardSizes, history: Sequence[Segment], epoch: int) -> Samples:
     """``sequence`` less what each segment of ``history`` consumed: lazily for layout-3 segments, as runs
     for older ones (which only ever come first: a resumed run plans with the newest layout)."""
     for segment in history:
@@ -181,7 +182,10 @@ class RestSequence:
         counts = worker_sample_counts(per_rank, config.num_workers, config.batch_size)
         window = config.shuffle_buffer
         self.streams = [RankStream(sequence, config, epoch, r) for r in range(config.world_size)]
-        begins, ranks, sizes, keys = [], [], [], []
+        begins: list[int] = []
+        ranks: list[int] = []
+        sizes: list[int] = []
+        keys: list[np.ndarray] = []
         for rank, stream in enumerate(self.streams):
             pads = stream.pad_positions()
             for worker in range(config.num_readers):

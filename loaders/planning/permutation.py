@@ -118,28 +118,33 @@ class BlockPermutation:
 
     def _short_slot(self) -> tuple[int, int]:
         """``(slot, gap)``: where the last (short) block lands, and how much shorter than a block it is."""
-        blocks = self.num_blocks
-        gap = blocks * self.block_size - self.length
-        if self.entropy is None or gap == 0:
-            return blocks - 1, gap
-        return int(unpermute([blocks - 1], blocks, self.entropy)[0]), gap
+        return _short_slot(self.length, self.block_size, self.entropy)
 
     def source(self, positions: np.ndarray) -> np.ndarray:
         """Range positions shown at stream ``positions`` (int64 array, each in [0, length))."""
         if self.entropy is None:
-            return positions
+            return np.asarray(positions, dtype=np.int64)
         size = self.block_size
         slot, gap = self._short_slot()
         shifted = np.where(positions >= (slot + 1) * size - gap, positions + gap, positions)
         blocks = shifted // size
-        return permute(blocks, self.num_blocks, self.entropy) * size + shifted % size
+        return np.asarray(permute(blocks, self.num_blocks, self.entropy) * size + shifted % size)
 
     def stream(self, positions: np.ndarray) -> np.ndarray:
         """The inverse of :meth:`source`: the stream positions that show range ``positions``."""
         if self.entropy is None:
-            return positions
+            return np.asarray(positions, dtype=np.int64)
         size = self.block_size
         slot, gap = self._short_slot()
         slots = unpermute(positions // size, self.num_blocks, self.entropy)
         shifted = slots * size + positions % size
-        return np.where(slots > slot, shifted - gap, shifted)
+        return np.asarray(np.where(slots > slot, shifted - gap, shifted))
+
+
+@lru_cache(maxsize=256)
+def _short_slot(length: int, block_size: int, entropy: tuple[int, ...] | None) -> tuple[int, int]:
+    blocks = -(-length // block_size)
+    gap = blocks * block_size - length
+    if entropy is None or gap == 0:
+        return blocks - 1, gap
+    return int(unpermute([blocks - 1], blocks, entropy)[0]), gap

@@ -3,17 +3,20 @@
 The plan depends only on (the epoch's sequence, config, epoch, rank, worker_index), so every rank computes
 its own share without talking to the others and a restarted job sees the same order on any machine.
 
-Rules, in order:
+Rules, in order (layout 3, the current one; :mod:`.stream` evaluates them a window at a time):
 1. Sequence. A fresh epoch reads the shards in the order ``SeedSequence([seed, epoch])`` permutes them
-   (stored order without shuffle), samples in stored order: N samples as ``runs``, rows of
-   ``(shard, start, stop)``. A resumed epoch plans the same way over the samples it has left
-   (``loaders.planning.elastic``).
+   (stored order without shuffle), samples in stored order, the whole rotated by :func:`sequence_offset`
+   (an offset that moves every epoch): N samples as ``runs``, rows of ``(shard, start, stop)``. A resumed
+   epoch plans the same way over the samples it has left (``loaders.planning.elastic``).
 2. Ranks. ``per_rank`` is ceil(N / W) with "pad", floor(N / W) with "drop". Rank r takes the positions
    [r * per_rank, (r + 1) * per_rank) of the sequence; a position p >= N reads position p mod N as a
-   flagged pad; with "drop" the tail N - W * per_rank is not read (a different tail each epoch).
-3. Blocks. With shuffle, the rank's share is cut at in-shard multiples of ``block_size`` and the blocks are
-   permuted by ``SeedSequence([seed, epoch, rank])``: every worker draws from across the rank's whole share,
-   so even a pack sorted by class mixes well. Each block is still one contiguous read.
+   flagged pad; with "drop" the tail N - W * per_rank is not read (a different tail each epoch, as the
+   rotation moves).
+3. Blocks. With shuffle, the rank's share is cut into blocks of ``block_size`` consecutive positions and
+   the blocks are permuted by a seeded bijection keyed by ``(seed, epoch, rank)``
+   (``loaders.planning.permutation``): every worker draws from across the rank's whole share, so even a
+   pack sorted by class mixes well. Each block is still one contiguous read (two where it crosses a
+   shard's end).
 4. Workers. The rank's stream is cut into contiguous parts of ``worker_sample_counts`` samples (whole
    batches), the same sizes on every rank, so every rank yields ceil(per_rank / batch_size) batches.
 5. Windows. A worker's part is cut into windows of ``shuffle_buffer`` samples. With shuffle, a window's
@@ -26,8 +29,10 @@ sources' block orders shuffle it already, and a permutation would break each par
 with ``balance_batches``, reorders each rank's stream so every batch holds each source within one sample
 of the stream's share (``loaders.planning.balance``).
 
-Layout 1 (states saved before layout 2) cut the workers' parts before the blocks and permuted each
-worker's blocks with ``SeedSequence([seed, epoch, rank, worker])``; it is kept so those states resume.
+Layouts 1 and 2 are kept so states saved with them resume (:func:`written_windows` writes a worker's part
+out). Layout 2 had no rotation and cut blocks at in-shard multiples of ``block_size``, permuted by
+``SeedSequence([seed, epoch, rank])``; layout 1 also cut the workers' parts before the blocks and permuted
+each worker's blocks with ``SeedSequence([seed, epoch, rank, worker])``.
 Seeds never come from time, pid or ``hash()``.
 """
 
@@ -43,6 +48,8 @@ import numpy as np
 from loaders.planning.balance import balanced_batches
 
 Remainder = Literal["pad", "drop"]
+ShardSizes = Sequence[int] | np.ndarray
+"""Samples per shard: a list, or an int array (a table of a million shards)."""
 Runs = np.ndarray
 """``(n, 3)`` int64 rows ``(shard, start, stop)``: samples [start, stop) of a shard, in reading order."""
 Blocks = np.ndarray
@@ -181,7 +188,7 @@ def worker_sample_counts(per_rank: int, num_workers: int, batch_size: int) -> li
 
 def shard_order(num_shards: int, config: PlanConfig, epoch: int) -> list[int]:
     """The epoch's shard order; only (seed, epoch) seed it, so every rank agrees without communicating."""
-    return shard_permutation(num_shards, config, epoch).tolist()
+    return [int(i) for i in shard_permutation(num_shards, config, epoch)]
 
 
 def shard_permutation(num_shards: int, config: PlanConfig, epoch: int) -> np.ndarray:
@@ -193,7 +200,7 @@ def shard_permutation(num_shards: int, config: PlanConfig, epoch: int) -> np.nda
     return rng.permutation(num_shards).astype(np.int64)
 
 
-def epoch_runs(shard_sizes: Sequence[int], config: PlanConfig, epoch: int) -> Runs:
+def epoch_runs(shard_sizes: ShardSizes, config: PlanConfig, epoch: int) -> Runs:
     """A fresh epoch's sequence: every non-empty shard, whole, in the epoch's shard order; from layout 3
     on, rotated by the epoch's offset (:func:`sequence_offset`)."""
     sizes = _sizes(shard_sizes)
@@ -365,7 +372,7 @@ def num_samples(rows: np.ndarray) -> int:
     return int((rows[:, 2] - rows[:, 1]).sum())
 
 
-def _sizes(shard_sizes: Sequence[int]) -> np.ndarray:
+def _sizes(shard_sizes: ShardSizes) -> np.ndarray:
     """Non-negative ints as an int64 array (a bool or a float is refused, not rounded); an integer array
     is checked at once, a list item by item."""
     if isinstance(shard_sizes, np.ndarray) and shard_sizes.dtype.kind in "iu":
