@@ -5,7 +5,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup demo test test-unit test-integration test-e2e test-fast lint format bench-pack bench-io bench-scaling bench-shuffle bench-mix bench-transfer clean
+.PHONY: setup demo test test-unit test-integration test-e2e test-fast lint format bench-pack bench-io bench-scaling bench-shuffle bench-mix bench-transfer bench-scale clean
 
 setup: $(VENV)/.installed
 
@@ -58,6 +58,9 @@ bench-mix: setup
 
 bench-transfer: setup
 	$(BIN)/python -m bench.transfer --docs docs/benchmarks.md $(ARGS)
+
+bench-scale: setup
+	$(BIN)/python -m bench.scale --docs docs/benchmarks.md $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .grimp_cache .import_linter_cache bench-results demo-out

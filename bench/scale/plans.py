@@ -1,0 +1,149 @@
+"""Plan-only cases: one worker's first window at a given scale, each measured in a fresh process."""
+
+from __future__ import annotations
+
+import gc
+import time
+import tracemalloc
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+SHARD_SAMPLES = 10_000
+WORKERS = 8
+BATCH = 256
+SEED = 0
+EPOCH = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One plan: ``samples`` per epoch over ``sources`` (1: a single dataset), ``world`` ranks."""
+
+    contender: str  # "layout-3", "layout-2", "streaming", "grain"
+    samples: int
+    sources: int
+    world: int
+
+    @property
+    def label(self) -> str:
+        kind = "dataset" if self.sources == 1 else f"mixture of {self.sources}"
+        return f"{self.contender} {kind} N=1e{round(np.log10(self.samples))} world {self.world}"
+
+
+def shard_table(samples: int) -> np.ndarray:
+    """Shards of ``SHARD_SAMPLES``, the last one shorter."""
+    count = -(-samples // SHARD_SAMPLES)
+    sizes = np.full(count, SHARD_SAMPLES, dtype=np.int64)
+    sizes[-1] = samples - (count - 1) * SHARD_SAMPLES
+    return sizes
+
+
+def measure(case: Case, *, traced: bool) -> dict[str, Any]:
+    """Run ``case`` once, cold (the caller gives it a fresh process): its time untraced, or its peak
+    traced memory (tracemalloc slows allocation, so the two are separate runs)."""
+    tables = [shard_table(max(case.samples // case.sources, 1)) for _ in range(case.sources)]
+    prepared = PREPARE[case.contender](case, tables)
+    gc.collect()
+    if traced:
+        tracemalloc.start()
+    started = time.perf_counter()
+    held = prepared()
+    seconds = time.perf_counter() - started
+    peak = tracemalloc.get_traced_memory()[1] if traced else 0
+    tracemalloc.stop()
+    measured = {"peak_mb": peak / 2**20} if traced else {"first_window_s": seconds}
+    return {**asdict(case), "label": case.label, **measured, "window_samples": held}
+
+
+def _shardpipe(case: Case, tables: list[np.ndarray]) -> Any:
+    from loaders.planning.elastic import epoch_samples
+    from loaders.planning.mixture import cursor_rows, cursor_runs, epoch_samples_of, first_cursors
+    from loaders.planning.plan import plan_windows
+    from loaders.planning.planner import PlanConfig, window_permutation
+    from loaders.planning.weights import epoch_mix
+
+    layout = 3 if case.contender == "layout-3" else 2
+    rank, worker = case.world - 1, WORKERS - 1
+    if case.sources == 1:
+        config = PlanConfig(case.world, WORKERS, seed=SEED, batch_size=BATCH, layout=layout)
+
+        def single() -> int:
+            sequence = epoch_samples(tables[0], config, (), EPOCH)
+            windows = plan_windows(sequence, config, epoch=EPOCH, rank=rank, worker_index=worker)
+            window = windows[0]
+            return len(window.permutation())
+
+        return single
+    names = [f"s{i}" for i in range(case.sources)]
+    weights = np.random.default_rng(SEED).dirichlet(np.ones(case.sources))
+    sizes = [int(t.sum()) for t in tables]
+    config = PlanConfig(case.world, WORKERS, seed=SEED, batch_size=BATCH, block_size=1, permute_blocks=False,
+                        layout=layout)  # fmt: skip
+    ends = [np.cumsum(t) for t in tables]
+
+    def mixture() -> int:
+        mixes = [epoch_mix(dict(zip(names, weights, strict=True)), names, sizes, case.samples)] * (EPOCH + 1)
+        cursors = first_cursors(mixes[:EPOCH], case.sources)
+        sequence = epoch_samples_of(mixes[EPOCH], SEED, EPOCH, layout)
+        windows = plan_windows(sequence, config, epoch=EPOCH, rank=rank, worker_index=worker)
+        window = windows[0]
+        located = 0
+        for source, j0, j1, _ in window.runs:  # what the worker reads: each source's cursor stretch
+            begin, end = cursors[source] + j0, cursors[source] + j1
+            if layout == 3:
+                found = cursor_rows(ends[source], 4, True, SEED, source, begin, end)
+            else:
+                found = cursor_runs(tables[source].tolist(), 4, True, SEED, source, begin, end)
+            located += int((found[:, 2] - found[:, 1]).sum())
+        window_permutation(window.seed, len(window))
+        return located
+
+    return mixture
+
+
+def _streaming(case: Case, tables: list[np.ndarray]) -> Any:
+    """MosaicML Streaming's plan: its shuffle (py1e) and partition, as each node computes them."""
+    from streaming.base.partition import get_partitions
+    from streaming.base.shuffle import get_shuffle
+
+    sizes = np.concatenate(tables)
+
+    nodes = max(case.world // 8, 1)
+
+    def plan() -> int:
+        order = get_shuffle("py1e", sizes, nodes, SEED, EPOCH, block_size=1 << 18)
+        ids = get_partitions("orig", int(sizes.sum()), nodes, nodes, case.world // nodes, WORKERS, BATCH)
+        return int(order.size) + int(ids.size)
+
+    return plan
+
+
+def _grain(case: Case, tables: list[np.ndarray]) -> Any:
+    """Grain's ``IndexSampler``: a stateless index shuffle, the worker's first record keys."""
+    import grain.python as grain
+
+    total = int(sum(t.sum() for t in tables))
+
+    def plan() -> int:
+        options = grain.ShardOptions(shard_index=case.world - 1, shard_count=case.world, drop_remainder=True)
+        sampler = grain.IndexSampler(total, options, shuffle=True, num_epochs=EPOCH + 1, seed=SEED)
+        return len([sampler[WORKERS - 1 + i * WORKERS].record_key for i in range(1024)])
+
+    return plan
+
+
+PREPARE = {"layout-3": _shardpipe, "layout-2": _shardpipe, "streaming": _streaming, "grain": _grain}
+
+
+def installed(contender: str) -> bool:
+    """Whether a peer's package imports here."""
+    module = {"streaming": "streaming", "grain": "grain"}.get(contender)
+    if module is None:
+        return True
+    try:
+        __import__(module)
+    except Exception:
+        return False
+    return True
