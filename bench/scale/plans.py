@@ -40,6 +40,15 @@ def shard_table(samples: int) -> np.ndarray:
     return sizes
 
 
+def last_worker(samples: int, world: int) -> int:
+    """The last of a rank's workers that holds samples (at world 1,024 a rank may hold fewer batches
+    than workers)."""
+    from loaders.planning.planner import samples_per_rank, worker_sample_counts
+
+    counts = worker_sample_counts(samples_per_rank(samples, world, "pad"), WORKERS, BATCH)
+    return max(w for w, n in enumerate(counts) if n > 0)
+
+
 def measure(case: Case, *, traced: bool) -> dict[str, Any]:
     """Run ``case`` once, cold (the caller gives it a fresh process): its time untraced, or its peak
     traced memory (tracemalloc slows allocation, so the two are separate runs)."""
@@ -65,7 +74,7 @@ def _shardpipe(case: Case, tables: list[np.ndarray]) -> Any:
     from loaders.planning.weights import epoch_mix
 
     layout = 3 if case.contender == "layout-3" else 2
-    rank, worker = case.world - 1, WORKERS - 1
+    rank, worker = case.world - 1, last_worker(case.samples, case.world)
     if case.sources == 1:
         config = PlanConfig(case.world, WORKERS, seed=SEED, batch_size=BATCH, layout=layout)
 

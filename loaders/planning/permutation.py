@@ -23,7 +23,8 @@ import numpy as np
 
 ROUNDS = 6
 TABLE_SIZE = 1 << 14
-"""Up to this size a permutation is computed whole once and looked up (the same values, fewer calls)."""
+"""Up to this size, and four times the indices asked for, a permutation is computed whole once and looked
+up (the same values, fewer calls)."""
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
@@ -64,7 +65,7 @@ def _walk(indices: np.ndarray | Sequence[int], n: int, entropy: Sequence[int], i
     if n <= 1:
         return values
     entropy = tuple(int(e) for e in entropy)
-    if n <= TABLE_SIZE:
+    if n <= min(TABLE_SIZE, max(4 * len(values), 256)):  # a table costs no more than the call itself
         return _table(n, entropy, inverse)[values]
     return _cycle_walk(values, n, entropy, inverse)
 
