@@ -11,6 +11,7 @@ Every sample carries ``__source__``, its source's index in ``names``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import lru_cache, partial
@@ -23,7 +24,7 @@ from loaders.dataset import MAX_WORKERS, ShardedDataset
 from loaders.mixture_sources import checked_sources
 from loaders.planning.elastic import Segment, rest_of
 from loaders.planning.mixture import (
-    cursor_rows,
+    SourceTable,
     cursor_runs,
     epoch_samples_of,
     first_cursors,
@@ -42,7 +43,7 @@ from loaders.planning.planner import (
     window_permutation,
 )
 from loaders.planning.position import Position
-from loaders.planning.stream import Samples
+from loaders.planning.stream import Samples, spans_of
 from loaders.planning.weights import EpochMix, WeightSchedule, epoch_mix, epoch_weights
 from loaders.reading.columns import Columns
 from loaders.reading.mixed import by_source, read_order
@@ -108,7 +109,10 @@ class Mixture(ShardedDataset):
         )
         self.shards = tuple(shard for d in datasets for shard in d.shards)
         self.shard_sizes = [n for d in datasets for n in d.shard_sizes]
-        self._source_ends = [np.cumsum(np.asarray(d.shard_sizes, dtype=np.int64)) for d in datasets]
+        block_sizes = [d.options.block_size for d in datasets]
+        self._sources = SourceTable.of(
+            [d.shard_sizes for d in datasets], block_sizes, first.options.shuffle, seed
+        )
         self.shard_offsets = tuple(int(x) for x in np.cumsum([0, *(len(d.shards) for d in datasets)])[:-1])
         self.rank, self.world_size = first.rank, first.world_size
         self.decoders, self.transform = first.decoders, first.transform
@@ -247,15 +251,14 @@ class Mixture(ShardedDataset):
         locate = partial(self._locate, plan.config.layout)
         if any(d.source.remote for d in self.datasets):
             self._plan_remote([rows for rows, _ in windows], plan.epoch, locate)
-        columns = self._read(windows, skip, plan.epoch, plan.worker_index, locate)
+        columns = self._read(windows, skip, plan.epoch, plan.worker_index, locate, plan.config.layout)
         return self._hand_out(columns, plan.epoch, plan.worker_index)
 
     def _locate(self, layout: int, source: int, begin: int, end: int) -> Runs:
         """Source ``source``'s real ``(shard, start, stop)`` rows for its global cursors [begin, end)."""
         options, seed = self.datasets[source].options, self.options.seed
         if layout >= LAZY_LAYOUT:
-            ends = self._source_ends[source]
-            return cursor_rows(ends, options.block_size, options.shuffle, seed, source, begin, end)
+            return self._sources.rows(source, begin, end)
         sizes = self.datasets[source].shard_sizes
         return cursor_runs(sizes, options.block_size, options.shuffle, seed, source, begin, end)
 
@@ -275,7 +278,13 @@ class Mixture(ShardedDataset):
             d.source.plan([d.shards[i] for k, i in enumerate(order) if k == 0 or order[k - 1] != i])
 
     def _read(
-        self, windows: Sequence[WindowRows], skip: int, epoch: int, worker_index: int, locate: Locate
+        self,
+        windows: Sequence[WindowRows],
+        skip: int,
+        epoch: int,
+        worker_index: int,
+        locate: Locate,
+        layout: int,
     ) -> Iterator[Columns]:
         count_errors = partial(self._count_errors, worker_index)
         readers = [
@@ -296,25 +305,42 @@ class Mixture(ShardedDataset):
                 skip -= size
                 continue
             order = read_order(rows)[window_permutation(seed, size)[skip:]]
-            for columns in self._window(self._source_runs(rows, cursors, locate), order, readers, yielded):
+            grouped = self._source_runs(rows, cursors, locate, layout)
+            for columns in self._window(grouped, order, readers, yielded):
                 yielded += len(columns)
                 yield columns
             skip = 0
 
     def _source_runs(
-        self, rows: Blocks, cursors: Sequence[int], locate: Locate
+        self, rows: Blocks, cursors: Sequence[int], locate: Locate, layout: int
     ) -> list[tuple[int, list[Run]]]:
         """Each source of the window (in order of first appearance) and the runs of its samples, in the
-        order :func:`~loaders.reading.mixed.read_order` undoes."""
-        grouped = []
-        for source, joined in by_source(rows).items():
-            real: list[Run] = []
-            for _, j0, j1, is_pad in joined.tolist():
-                begin = cursors[source] + j0
-                found = locate(source, begin, begin + j1 - j0)
-                real += [Run(int(s), int(a), int(b), is_pad) for s, a, b in found.tolist()]
-            grouped.append((source, real))
-        return grouped
+        order :func:`~loaders.reading.mixed.read_order` undoes: in layout 3 every source's samples are
+        located in one vectorised pass (:class:`~loaders.planning.mixture.SourceTable`)."""
+        groups = by_source(rows)
+        if not groups:
+            return []
+        if layout < LAZY_LAYOUT:
+            grouped = []
+            for source, joined in groups.items():
+                real: list[Run] = []
+                for _, j0, j1, is_pad in joined.tolist():
+                    found = locate(source, cursors[source] + j0, cursors[source] + j1)
+                    real += [Run(int(s), int(a), int(b), is_pad) for s, a, b in found.tolist()]
+                grouped.append((source, real))
+            return grouped
+        joined = np.concatenate(list(groups.values()))
+        lengths = joined[:, 2] - joined[:, 1]
+        owner = np.repeat(joined[:, 0], lengths)  # each sample's source
+        j = np.repeat(joined[:, 1] - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+        shard, sample = self._sources.locate(owner, np.asarray(cursors, dtype=np.int64)[owner] + j)
+        pad = np.repeat(joined[:, 3], lengths)
+        bounds = np.flatnonzero(np.diff(owner, prepend=-1, append=-1)).tolist()
+        out = []
+        for a, b in itertools.pairwise(bounds):
+            spans = spans_of(shard[a:b], sample[a:b], pad[a:b], shuffle=False)
+            out.append((int(owner[a]), list(map(Run._make, spans.tolist()))))
+        return out
 
     def _window(
         self,

@@ -20,7 +20,7 @@ from loaders.planning.balance import batch_counts
 from loaders.planning.elastic import Segment, consumed_runs, rest_of
 from loaders.planning.mixture import (
     MixtureSequence,
-    cursor_rows,
+    SourceTable,
     cursor_runs,
     epoch_samples_of,
     first_cursors,
@@ -185,10 +185,9 @@ def test_per_source_passes_never_repeat_before_coverage(sizes: list[int], block:
     shards = [[n // 2, n - n // 2] for n in sizes]  # two shards per source, one may be empty
     for source, shard_sizes in enumerate(shards):
         size = sum(shard_sizes)
-        ends = np.cumsum(shard_sizes)
         for rows in (
             cursor_runs(shard_sizes, block, shuffle, 11, source, 0, 3 * size + 2),
-            cursor_rows(ends, block, shuffle, 11, source, 0, 3 * size + 2),  # layout 3
+            SourceTable.of([shard_sizes], [block], shuffle, 11).rows(0, 0, 3 * size + 2),  # layout 3
         ):
             samples = [(int(s), i) for s, a, b in rows.tolist() for i in range(a, b)]
             assert len(samples) == 3 * size + 2

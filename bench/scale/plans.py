@@ -68,7 +68,7 @@ def measure(case: Case, *, traced: bool) -> dict[str, Any]:
 
 def _shardpipe(case: Case, tables: list[np.ndarray]) -> Any:
     from loaders.planning.elastic import epoch_samples
-    from loaders.planning.mixture import cursor_rows, cursor_runs, epoch_samples_of, first_cursors
+    from loaders.planning.mixture import SourceTable, cursor_runs, epoch_samples_of, first_cursors
     from loaders.planning.plan import plan_windows
     from loaders.planning.planner import PlanConfig, window_permutation
     from loaders.planning.weights import epoch_mix
@@ -90,7 +90,7 @@ def _shardpipe(case: Case, tables: list[np.ndarray]) -> Any:
     sizes = [int(t.sum()) for t in tables]
     config = PlanConfig(case.world, WORKERS, seed=SEED, batch_size=BATCH, block_size=1, permute_blocks=False,
                         layout=layout)  # fmt: skip
-    ends = [np.cumsum(t) for t in tables]
+    table = SourceTable.of(tables, [4] * case.sources, True, SEED)  # a Mixture builds it once
 
     def mixture() -> int:
         mixes = [epoch_mix(dict(zip(names, weights, strict=True)), names, sizes, case.samples)] * (EPOCH + 1)
@@ -98,15 +98,19 @@ def _shardpipe(case: Case, tables: list[np.ndarray]) -> Any:
         sequence = epoch_samples_of(mixes[EPOCH], SEED, EPOCH, layout)
         windows = plan_windows(sequence, config, epoch=EPOCH, rank=rank, worker_index=worker)
         window = windows[0]
-        located = 0
-        for source, j0, j1, _ in window.runs:  # what the worker reads: each source's cursor stretch
-            begin, end = cursors[source] + j0, cursors[source] + j1
-            if layout == 3:
-                found = cursor_rows(ends[source], 4, True, SEED, source, begin, end)
-            else:
-                found = cursor_runs(tables[source].tolist(), 4, True, SEED, source, begin, end)
-            located += int((found[:, 2] - found[:, 1]).sum())
         window_permutation(window.seed, len(window))
+        if layout == 3:  # every source's samples of the window located at once, as the Mixture does
+            rows = np.array(window.runs, dtype=np.int64).reshape(-1, 4)
+            lengths = rows[:, 2] - rows[:, 1]
+            owner = np.repeat(rows[:, 0], lengths)
+            j = np.repeat(rows[:, 1] - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+            shard, _ = table.locate(owner, np.asarray(cursors)[owner] + j)
+            return len(shard)
+        located = 0
+        for source, j0, j1, _ in window.runs:  # each source's cursor stretch, row by row
+            begin, end = cursors[source] + j0, cursors[source] + j1
+            found = cursor_runs(tables[source].tolist(), 4, True, SEED, source, begin, end)
+            located += int((found[:, 2] - found[:, 1]).sum())
         return located
 
     return mixture

@@ -9,7 +9,7 @@ the saved segments (:class:`Segment`) of an elastic resume consumed (:func:`rest
 datasets plans its epoch's sequence with :func:`epoch_mix` (exact counts, :class:`EpochMix`,
 :class:`Stages` for weights that change within an epoch) and :class:`MixtureSequence` (which source and
 sample fills each position, by range; :func:`epoch_sequence` writes it out for the older layouts), and
-locates a source's samples with :func:`cursor_rows`. The rules are in the docstrings of :mod:`.planner`,
+locates its sources' samples with :class:`SourceTable`. The rules are in the docstrings of :mod:`.planner`,
 :mod:`.stream` and :mod:`.mixture`.
 
 Inside: :mod:`.plan` (the entry points, every layout), :mod:`.planner` (the rules, and layouts 1 and 2
@@ -21,7 +21,7 @@ not pure, not exported).
 """
 
 from loaders.planning.elastic import Segment, epoch_samples, remaining_of, remaining_runs, rest_of
-from loaders.planning.mixture import MixtureSequence, cursor_rows, cursor_runs, epoch_schedule, epoch_sequence
+from loaders.planning.mixture import MixtureSequence, SourceTable, cursor_runs, epoch_schedule, epoch_sequence
 from loaders.planning.plan import plan_epoch, plan_windows
 from loaders.planning.planner import PlanConfig, Span, Window
 from loaders.planning.weights import EpochMix, Stage, Stages, epoch_mix, largest_remainder
@@ -31,11 +31,11 @@ __all__ = [
     "MixtureSequence",
     "PlanConfig",
     "Segment",
+    "SourceTable",
     "Span",
     "Stage",
     "Stages",
     "Window",
-    "cursor_rows",
     "cursor_runs",
     "epoch_mix",
     "epoch_samples",

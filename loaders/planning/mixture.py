@@ -23,18 +23,19 @@ Nothing here depends on rank, worker, time or pid.
 Layout 3 evaluates the same rules by range, never writing an epoch out (:class:`MixtureSequence`): the
 schedule is :mod:`.schedule`'s tree of two-way splits (every prefix within one sample of each share for
 up to three sources, within 1.68 for any number), and a pass's block order is a seeded bijection
-(:class:`~.permutation.BlockPermutation` over the source's stored order, :func:`cursor_rows`).
+over the source's stored order, every source of a window located at once: :class:`SourceTable`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from loaders.planning.permutation import BlockPermutation
-from loaders.planning.planner import Runs, cut_blocks, slice_rows
+from loaders.planning.permutation import block_sources
+from loaders.planning.planner import Runs, ShardSizes, cut_blocks, slice_rows
 from loaders.planning.schedule import schedule_tree, sources_at
 from loaders.planning.stream import RunsSequence, spans_of
 from loaders.planning.weights import EpochMix
@@ -206,23 +207,59 @@ def epoch_samples_of(mix: EpochMix, seed: int, epoch: int, layout: int) -> Mixtu
     return RunsSequence(epoch_sequence(mix, seed, epoch))
 
 
-def cursor_rows(
-    shard_ends: np.ndarray, block_size: int, shuffle: bool, seed: int, source: int, begin: int, end: int
-) -> Runs:
-    """Layout 3's :func:`cursor_runs`: the source's ``(shard, start, stop)`` rows for global cursors
-    [begin, end), each pass's block order a seeded bijection of its stored order (no table of blocks).
-    ``shard_ends`` are the source's shard sizes summed (``np.cumsum``), computed once by the caller."""
-    size = int(shard_ends[-1]) if len(shard_ends) else 0
-    if size == 0:
-        raise ValueError(f"source {source} has no samples")
-    cursors = np.arange(begin, end, dtype=np.int64)
-    number, offset = np.divmod(cursors, size)
-    stored = np.empty_like(cursors)
-    for pass_number in np.unique(number).tolist():
-        mine = number == pass_number
-        entropy = (seed, SOURCE_STREAM, source, pass_number) if shuffle else None
-        stored[mine] = BlockPermutation(size, block_size, entropy).source(offset[mine])
-    shard = np.searchsorted(shard_ends, stored, side="right")
-    starts = np.where(shard > 0, shard_ends[shard - 1], 0)
-    rows = spans_of(shard, stored - starts, np.zeros_like(shard), shuffle=False)
-    return rows[:, :3]
+@dataclass(frozen=True)
+class SourceTable:
+    """Every source's shards as one table, so that a window's samples of all its sources are located in
+    one vectorised pass (rule 4 in layout 3): source s's pass p is its stored order in blocks of
+    ``block_sizes[s]`` permuted by a seeded bijection keyed by ``(seed, SOURCE_STREAM, s, p)``."""
+
+    sizes: np.ndarray  # (k,) samples of each source
+    bases: np.ndarray  # (k,) each source's first position in the joined stored order
+    ends: np.ndarray  # every source's shard ends, in source order, in the joined stored order
+    first_shards: np.ndarray  # (k,) each source's first shard in ``ends``
+    block_sizes: np.ndarray  # (k,)
+    shuffle: bool
+    seed: int
+
+    @classmethod
+    def of(
+        cls, shard_sizes: Sequence[ShardSizes], block_sizes: Sequence[int], shuffle: bool, seed: int
+    ) -> SourceTable:
+        tables = [np.asarray(sizes, dtype=np.int64).reshape(-1) for sizes in shard_sizes]
+        sizes = np.array([int(t.sum()) for t in tables], dtype=np.int64)
+        if np.any(sizes == 0):
+            raise ValueError(f"source {int(np.argmax(sizes == 0))} has no samples")
+        return cls(
+            sizes=sizes,
+            bases=np.cumsum(sizes) - sizes,
+            ends=np.cumsum(np.concatenate([np.zeros(0, np.int64), *tables])),
+            first_shards=np.cumsum([len(t) for t in tables]) - [len(t) for t in tables],
+            block_sizes=np.asarray(block_sizes, dtype=np.int64),
+            shuffle=shuffle,
+            seed=seed,
+        )
+
+    def locate(self, source: np.ndarray, cursor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(shard, sample)`` of each ``(source, global cursor)``, the shard counted within its source."""
+        number, offset = np.divmod(cursor, self.sizes[source])
+        stored = offset
+        if self.shuffle and len(cursor):
+            passes, which = np.unique(np.column_stack([source, number]), axis=0, return_inverse=True)
+            groups = passes.tolist()
+            stored = block_sources(
+                offset,
+                which.reshape(-1),
+                [int(self.sizes[s]) for s, _ in groups],
+                [int(self.block_sizes[s]) for s, _ in groups],
+                [(self.seed, SOURCE_STREAM, s, p) for s, p in groups],
+            )
+        where = self.bases[source] + stored
+        shard = np.searchsorted(self.ends, where, side="right")
+        start = np.where(shard > 0, self.ends[shard - 1], 0)
+        return shard - self.first_shards[source], where - start
+
+    def rows(self, source: int, begin: int, end: int) -> Runs:
+        """Source ``source``'s ``(shard, start, stop)`` rows for its global cursors [begin, end)."""
+        cursor = np.arange(begin, end, dtype=np.int64)
+        shard, sample = self.locate(np.full(len(cursor), source, dtype=np.int64), cursor)
+        return spans_of(shard, sample, np.zeros_like(shard), shuffle=False)[:, :3]

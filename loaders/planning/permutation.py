@@ -46,8 +46,10 @@ def _half_bits(n: int) -> int:
     return max(1, ((n - 1).bit_length() + 1) // 2)
 
 
-def _feistel(values: np.ndarray, half: int, keys: np.ndarray, inverse: bool) -> np.ndarray:
-    mask, shift = np.uint64((1 << half) - 1), np.uint64(half)
+def _feistel(values: np.ndarray, half: int | np.ndarray, keys: np.ndarray, inverse: bool) -> np.ndarray:
+    """Six rounds over ``values``; ``half`` and each round's key are one for all, or one per value."""
+    shift = np.asarray(half, dtype=np.uint64)
+    mask = (np.uint64(1) << shift) - np.uint64(1)
     left, right = values >> shift, values & mask
     if not inverse:
         for key in keys:
@@ -55,7 +57,7 @@ def _feistel(values: np.ndarray, half: int, keys: np.ndarray, inverse: bool) -> 
     else:
         for key in keys[::-1]:
             left, right = right ^ (_mix(left, key) & mask), left
-    return (left << shift) | right
+    return np.asarray((left << shift) | right)
 
 
 def _walk(indices: np.ndarray | Sequence[int], n: int, entropy: Sequence[int], inverse: bool) -> np.ndarray:
@@ -86,6 +88,27 @@ def _cycle_walk(values: np.ndarray, n: int, entropy: tuple[int, ...], inverse: b
     while len(outside):  # cycle-walking: the cycle through i returns to [0, n) within it
         out[outside] = _feistel(out[outside], half, keys, inverse)
         outside = outside[out[outside] >= np.uint64(n)]
+    return out.astype(np.int64)
+
+
+def permute_each(
+    indices: np.ndarray, which: np.ndarray, sizes: Sequence[int], entropies: Sequence[Sequence[int]]
+) -> np.ndarray:
+    """``indices[i]`` under the bijection of [0, sizes[which[i]]) that ``entropies[which[i]]`` names: many
+    permutations in one vectorised pass (a mixture's window asks each of its sources' passes for a few
+    positions), the same values as :func:`permute` gives each."""
+    values = np.asarray(indices, dtype=np.int64)
+    bounds = np.asarray(sizes, dtype=np.int64)[which]
+    if len(values) and (values.min() < 0 or np.any(values >= bounds)):
+        raise ValueError("indices must lie in [0, size) of their permutation")
+    keys = np.stack([_keys(tuple(int(e) for e in entropy)) for entropy in entropies], axis=1)[:, which]
+    halves = np.array([_half_bits(max(int(n), 1)) for n in sizes], dtype=np.uint64)[which]
+    out = _feistel(values.astype(np.uint64), halves, keys, inverse=False)
+    limit = bounds.astype(np.uint64)
+    outside = np.flatnonzero(out >= limit)
+    while len(outside):
+        out[outside] = _feistel(out[outside], halves[outside], keys[:, outside], inverse=False)
+        outside = outside[out[outside] >= limit[outside]]
     return out.astype(np.int64)
 
 
@@ -149,3 +172,22 @@ def _short_slot(length: int, block_size: int, entropy: tuple[int, ...] | None) -
     if entropy is None or gap == 0:
         return blocks - 1, gap
     return int(unpermute([blocks - 1], blocks, entropy)[0]), gap
+
+
+def block_sources(
+    positions: np.ndarray,
+    which: np.ndarray,
+    lengths: Sequence[int],
+    block_sizes: Sequence[int],
+    entropies: Sequence[Sequence[int]],
+) -> np.ndarray:
+    """:meth:`BlockPermutation.source` of many block permutations at once: ``positions[i]`` of the stream
+    of ``BlockPermutation(lengths[g], block_sizes[g], entropies[g])``, ``g = which[i]``."""
+    shorts = [_short_slot(int(n), int(b), tuple(int(x) for x in e)) for n, b, e in zip(lengths, block_sizes,
+              entropies, strict=True)]  # fmt: skip
+    slot = np.array([slot for slot, _ in shorts], dtype=np.int64)[which]
+    gap = np.array([gap for _, gap in shorts], dtype=np.int64)[which]
+    size = np.asarray(block_sizes, dtype=np.int64)[which]
+    blocks = [-(-int(n) // int(b)) for n, b in zip(lengths, block_sizes, strict=True)]
+    shifted = np.where(positions >= (slot + 1) * size - gap, positions + gap, positions)
+    return np.asarray(permute_each(shifted // size, which, blocks, entropies) * size + shifted % size)
