@@ -18,10 +18,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache, partial
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
@@ -177,6 +178,8 @@ class ShardedDataset(IterableDataset[Sample]):
         )
         self.shards = self.manifest.split_shards(split)
         self.shard_sizes = [s.num_samples for s in self.shards]
+        self._shard_table = np.array(self.shard_sizes, dtype=np.int64)  # what a plan reads, at any count
+        self._sequences: dict[tuple[int, tuple[Segment, ...], PlanConfig], Samples] = {}
         self.format = get_format(self.manifest.format)
         self.rank, self.world_size = get_world(rank, world_size)
         self.fields = selected_fields(self.manifest, fields, self.root)
@@ -202,6 +205,7 @@ class ShardedDataset(IterableDataset[Sample]):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_readers"] = None  # open files and environments never cross into a worker
+        state["_sequences"] = {}  # a worker plans its own pass
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -444,8 +448,14 @@ class ShardedDataset(IterableDataset[Sample]):
         self._errors[worker_index % MAX_WORKERS] += count
 
     def _runs(self, epoch: int, history: tuple[Segment, ...], config: PlanConfig) -> Samples:
-        """The sequence a pass of ``config``'s plan reads: the epoch's, less what ``history`` consumed."""
-        return _epoch_samples(tuple(self.shard_sizes), config, history, epoch)
+        """The sequence a pass of ``config``'s plan reads: the epoch's, less what ``history`` consumed
+        (kept for the last few passes: ``len`` and the pass both ask for it)."""
+        key = (epoch, history, config)
+        if key not in self._sequences:
+            while len(self._sequences) >= 4:
+                self._sequences.pop(next(iter(self._sequences)))
+            self._sequences[key] = epoch_samples(self._shard_table, config, history, epoch)
+        return self._sequences[key]
 
     def _finished(
         self, windows: Iterator[Columns], context: DecodeContext, worker_index: int
@@ -460,13 +470,6 @@ class ShardedDataset(IterableDataset[Sample]):
         if decode_sample(sample, self.decoders, context, self.shards[shard].path if shard >= 0 else "?"):
             self._count_errors(worker_index, 1)
         return self.transform(sample) if self.transform is not None else sample
-
-
-@lru_cache(maxsize=8)
-def _epoch_samples(
-    shard_sizes: tuple[int, ...], config: PlanConfig, history: tuple[Segment, ...], epoch: int
-) -> Samples:
-    return epoch_samples(shard_sizes, config, history, epoch)
 
 
 def _check_same_worker(saved: WorkerPass, config: PlanConfig, worker_index: int) -> None:

@@ -30,6 +30,7 @@ from loaders.planning.planner import (
     worker_sample_counts,
     yield_order,
 )
+from loaders.planning.stream import RunsSequence, ShardSequence
 
 Sample = tuple[int, int, bool]  # (shard_index, position inside the shard, is_pad)
 Yields = dict[tuple[int, int], list[Sample]]  # (rank, worker) -> samples in yield order
@@ -377,3 +378,16 @@ def test_plan_argument_validation() -> None:
         plan_epoch([4], config, epoch=-1, rank=0, worker_index=0)
     with pytest.raises(ValueError, match=r"shard_sizes\[1\] must be a non-negative int, got -2"):
         plan_epoch([4, -2], config, epoch=0, rank=0, worker_index=0)
+
+
+@pytest.mark.parametrize("sizes", SHARD_LISTS[:16], ids=lambda s: f"n{len(s)}-N{sum(s)}")
+def test_the_epochs_sequence_without_its_runs_is_the_same_sequence(sizes: list[int]) -> None:
+    """Layout 3 keeps a fresh epoch as shard order and prefix sums (``ShardSequence``): position for
+    position the sequence that ``epoch_runs`` writes out."""
+    for seed, shuffle, epoch in ((0, True, 0), (7, True, 3), (1, False, 2)):
+        config = PlanConfig(2, 1, seed=seed, shuffle=shuffle)
+        lazy, written = ShardSequence(sizes, config, epoch), RunsSequence(epoch_runs(sizes, config, epoch))
+        assert lazy.size == written.size == sum(sizes)
+        positions = np.arange(lazy.size)
+        for got, expected in zip(lazy.take(positions), written.take(positions), strict=True):
+            assert np.array_equal(got, expected)

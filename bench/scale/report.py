@@ -48,7 +48,9 @@ def targets(results: Sequence[dict[str, Any]], end_to_end: Sequence[dict[str, An
         growth = large["worker_peak_rss_mb"] - small["worker_peak_rss_mb"]
         found += [
             _target(f"end to end, samples_per_epoch=10^8: first batch <= {FIRST_BATCH_S:g} s",
-                    f"{large['first_batch_s']:.2f} s", large["first_batch_s"] <= FIRST_BATCH_S),
+                    f"{large['first_batch_s']:.2f} s with the worker's start ({small['first_batch_s']:.2f} s "
+                    f"at 10^6); the next epoch's {large['next_epoch_first_batch_s']:.2f} s",
+                    large["first_batch_s"] <= FIRST_BATCH_S),
             _target(f"end to end: worker RSS at 10^8 within {RSS_GROWTH_MB:.0f} MB of 10^6",
                     f"{growth:+.0f} MB", growth <= RSS_GROWTH_MB),
         ]  # fmt: skip
@@ -92,9 +94,13 @@ def result_lines(
         lines += [f"#### Plan only, world {world}: time to the last worker's first window, peak memory", ""]
         lines += [*plan_table(results, world), ""]
     if end_to_end:
-        rows = [["samples_per_epoch", "first batch", "worker peak RSS"]]
-        rows += [[f"{e['samples']:.0e}", f"{e['first_batch_s']:.2f} s", f"{e['worker_peak_rss_mb']:.0f} MB"]
-                 for e in end_to_end]  # fmt: skip
+        rows = [["samples_per_epoch", "first batch (worker start included)", "next epoch's first batch",
+                 "worker peak RSS"]]  # fmt: skip
+        rows += [
+            [f"{e['samples']:.0e}", f"{e['first_batch_s']:.2f} s", f"{e['next_epoch_first_batch_s']:.2f} s",
+             f"{e['worker_peak_rss_mb']:.0f} MB"]
+            for e in end_to_end
+        ]  # fmt: skip
         lines += [
             "#### End to end: a Mixture of three packs, world 8 (last rank), one worker",
             "",

@@ -34,7 +34,7 @@ from loaders.planning.planner import (
     worker_part,
     worker_sample_counts,
 )
-from loaders.planning.stream import RankStream, RunsSequence, Samples, reading_order
+from loaders.planning.stream import RankStream, RunsSequence, Samples, ShardSequence, reading_order
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +148,8 @@ def epoch_samples(
     """The sequence a pass of ``epoch`` plans over: the fresh epoch's (laid out as the first segment's
     plan, or ``config``'s without one) less what each segment of ``history`` consumed, in order."""
     first = history[0].config if history else config
+    if first.layout >= LAZY_LAYOUT:
+        return rest_of(ShardSequence(shard_sizes, first, epoch), shard_sizes, history, epoch)
     return rest_of(RunsSequence(epoch_runs(shard_sizes, first, epoch)), shard_sizes, history, epoch)
 
 

@@ -197,13 +197,13 @@ def shard_permutation(num_shards: int, config: PlanConfig, epoch: int) -> np.nda
     if not config.shuffle:
         return np.arange(num_shards, dtype=np.int64)
     rng = np.random.default_rng(np.random.SeedSequence([config.seed, epoch]))
-    return rng.permutation(num_shards).astype(np.int64)
+    return rng.permutation(num_shards).astype(np.int64, copy=False)
 
 
 def epoch_runs(shard_sizes: ShardSizes, config: PlanConfig, epoch: int) -> Runs:
     """A fresh epoch's sequence: every non-empty shard, whole, in the epoch's shard order; from layout 3
     on, rotated by the epoch's offset (:func:`sequence_offset`)."""
-    sizes = _sizes(shard_sizes)
+    sizes = shard_size_array(shard_sizes)
     order = shard_permutation(len(sizes), config, epoch)
     order = order[sizes[order] > 0]
     runs = np.column_stack([order, np.zeros_like(order), sizes[order]])
@@ -372,7 +372,7 @@ def num_samples(rows: np.ndarray) -> int:
     return int((rows[:, 2] - rows[:, 1]).sum())
 
 
-def _sizes(shard_sizes: ShardSizes) -> np.ndarray:
+def shard_size_array(shard_sizes: ShardSizes) -> np.ndarray:
     """Non-negative ints as an int64 array (a bool or a float is refused, not rounded); an integer array
     is checked at once, a list item by item."""
     if isinstance(shard_sizes, np.ndarray) and shard_sizes.dtype.kind in "iu":

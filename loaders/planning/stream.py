@@ -33,9 +33,13 @@ from loaders.planning.planner import (
     PlanConfig,
     Run,
     Runs,
+    ShardSizes,
     Window,
     WindowRows,
     samples_per_rank,
+    sequence_offset,
+    shard_permutation,
+    shard_size_array,
     window_seed,
     worker_sample_counts,
 )
@@ -70,6 +74,32 @@ class RunsSequence:
         row = np.searchsorted(self._ends, positions, side="right")
         lengths = self.runs[row, 2] - self.runs[row, 1]
         return self.runs[row, 0], self.runs[row, 1] + positions - (self._ends[row] - lengths)
+
+
+class ShardSequence:
+    """A fresh epoch's sequence (rule 1) without its runs written out: the non-empty shards in the
+    epoch's order and the prefix sums of their sizes, one int64 each a shard, and the rotation. The same
+    positions as ``RunsSequence(epoch_runs(...))``."""
+
+    def __init__(self, shard_sizes: ShardSizes, config: PlanConfig, epoch: int) -> None:
+        sizes = shard_size_array(shard_sizes)
+        order = shard_permutation(len(sizes), config, epoch)
+        ordered = sizes[order]
+        if len(ordered) and ordered.min() == 0:  # empty shards hold no position
+            order, ordered = order[ordered > 0], ordered[ordered > 0]
+        self.order = order
+        self.ends = np.cumsum(ordered)
+        self._size = int(self.ends[-1]) if len(self.ends) else 0
+        self.offset = sequence_offset(self._size, config, epoch)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def take(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rotated = (positions + self.offset) % max(self._size, 1)
+        index = np.searchsorted(self.ends, rotated, side="right")
+        return self.order[index], rotated - np.where(index > 0, self.ends[index - 1], 0)
 
 
 @dataclass(frozen=True)
