@@ -244,8 +244,8 @@ class SourceTable:
         number, offset = np.divmod(cursor, self.sizes[source])
         stored = offset
         if self.shuffle and len(cursor):
-            passes, which = np.unique(np.column_stack([source, number]), axis=0, return_inverse=True)
-            groups = passes.tolist()
+            passes, which = np.unique((source << 32) | number, return_inverse=True)
+            groups = [(p >> 32, p & 0xFFFFFFFF) for p in passes.tolist()]
             stored = block_sources(
                 offset,
                 which.reshape(-1),

@@ -15,6 +15,7 @@ their order, so each block is still one contiguous read.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -67,9 +68,37 @@ def _walk(indices: np.ndarray | Sequence[int], n: int, entropy: Sequence[int], i
     if n <= 1:
         return values
     entropy = tuple(int(e) for e in entropy)
-    if n <= min(TABLE_SIZE, max(4 * len(values), 256)):  # a table costs no more than the call itself
+    if _tabled(n, entropy, len(values)):
         return _table(n, entropy, inverse)[values]
-    return _cycle_walk(values, n, entropy, inverse)
+    distinct, where = _distinct(values)  # a window asks for each of its blocks many times
+    return np.asarray(_cycle_walk(distinct, n, entropy, inverse)[where])
+
+
+def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(distinct, where)`` with ``distinct[where] == values``: a dense range needs no sort."""
+    if not len(values):
+        return values, values
+    low, high = int(values.min()), int(values.max())
+    if high - low < len(values):
+        return np.arange(low, high + 1, dtype=values.dtype), values - low
+    distinct, where = np.unique(values, return_inverse=True)
+    return distinct, where.reshape(-1)
+
+
+_asked: dict[tuple[int, tuple[int, ...]], int] = {}
+
+
+def _tabled(n: int, entropy: tuple[int, ...], count: int) -> bool:
+    """Whether to look a small permutation up in its table: at once where the table costs no more than
+    the call, else from its second use (a pass asks each window; the first window need not wait)."""
+    if n > TABLE_SIZE:
+        return False
+    if n <= max(4 * count, 256):
+        return True
+    if len(_asked) > 4096:
+        _asked.clear()
+    _asked[n, entropy] = _asked.get((n, entropy), 0) + 1
+    return _asked[n, entropy] > 1
 
 
 @lru_cache(maxsize=64)
@@ -101,15 +130,32 @@ def permute_each(
     bounds = np.asarray(sizes, dtype=np.int64)[which]
     if len(values) and (values.min() < 0 or np.any(values >= bounds)):
         raise ValueError("indices must lie in [0, size) of their permutation")
-    keys = np.stack([_keys(tuple(int(e) for e in entropy)) for entropy in entropies], axis=1)[:, which]
-    halves = np.array([_half_bits(max(int(n), 1)) for n in sizes], dtype=np.uint64)[which]
-    out = _feistel(values.astype(np.uint64), halves, keys, inverse=False)
-    limit = bounds.astype(np.uint64)
-    outside = np.flatnonzero(out >= limit)
-    while len(outside):
-        out[outside] = _feistel(out[outside], halves[outside], keys[:, outside], inverse=False)
-        outside = outside[out[outside] >= limit[outside]]
-    return out.astype(np.int64)
+    pairs, where = _distinct((np.asarray(which, dtype=np.int64) << 40) | values)  # each (group, index) once
+    which, values = pairs >> 40, pairs & ((1 << 40) - 1)  # sorted by group
+    out = values.copy()  # a permutation of [0, 1) keeps its 0
+    walk = []
+    starts = np.searchsorted(which, np.arange(len(sizes) + 1))
+    for group, (begin, end) in enumerate(itertools.pairwise(starts.tolist())):
+        n, entropy = int(sizes[group]), tuple(int(e) for e in entropies[group])
+        if begin == end or n <= 1:
+            continue
+        if _tabled(n, entropy, end - begin):
+            out[begin:end] = _table(n, entropy, False)[values[begin:end]]
+        else:
+            walk.append(np.arange(begin, end))
+    if walk:
+        rows = np.concatenate(walk)
+        group = which[rows]
+        keys = np.stack([_keys(tuple(int(e) for e in entropy)) for entropy in entropies], axis=1)[:, group]
+        halves = np.array([_half_bits(max(int(n), 1)) for n in sizes], dtype=np.uint64)[group]
+        limit = np.asarray(sizes, dtype=np.uint64)[group]
+        walked = _feistel(values[rows].astype(np.uint64), halves, keys, inverse=False)
+        outside = np.flatnonzero(walked >= limit)
+        while len(outside):
+            walked[outside] = _feistel(walked[outside], halves[outside], keys[:, outside], inverse=False)
+            outside = outside[walked[outside] >= limit[outside]]
+        out[rows] = walked.astype(np.int64)
+    return np.asarray(out[where])
 
 
 def permute(indices: np.ndarray | Sequence[int], n: int, entropy: Sequence[int]) -> np.ndarray:
