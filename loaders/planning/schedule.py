@@ -27,7 +27,7 @@ Rules:
    1, < 1, < 1/2, < 1/3, < 1/5, ..., below the reciprocal Fibonacci constant 3.3599...: every prefix
    holds each source within 1.68 samples of its share for any k (any interval within 3.36), and within
    one for k <= 3 (depth at most 2, the sum at most 1 + n_s / (n_s + sibling) < 2). From four sources on
-   a prefix can be off by more than one (1.26 seen), unlike rule 2 of :mod:`.mixture`.
+   a prefix can be off by more than one, unlike the quota order of layouts 1 and 2 (:mod:`.mixture`).
 Nothing here depends on rank, worker, time or pid.
 """
 

@@ -4,7 +4,7 @@ Pure: no I/O.
 The rules of :mod:`.planner` hold; what changes is how they are evaluated:
 1. Sequence. An epoch's sequence is the shards in the epoch's order, the whole rotated by an offset that
    moves every epoch (``planner.sequence_offset``: a different tail is dropped, and one shard's order
-   changes, each epoch); a position is looked up through the shards' prefix sums (:class:`RunsSequence`).
+   changes, each epoch); a position is looked up through the shards' prefix sums (:class:`ShardSequence`).
 2. Ranks. Rank r's share is positions [r * per_rank, (r + 1) * per_rank) of the sequence repeated
    without end; a position p >= N is a flagged pad of p mod N.
 3. Blocks. With shuffle, the share is cut into blocks of ``block_size`` consecutive positions, permuted
