@@ -12,7 +12,8 @@ in time, and MosaicML Streaming's and Grain's where they are installed.
 RULES = {
     "warm-up": "none: each case is one cold computation in a fresh process (a worker at its epoch's start)",
     "window": "plan-only: from the sequence's construction to the first window's rows and yield order; "
-    "end to end: from iter(loader) to the first batch",
+    "end to end: from iter(loader) to the first batch (the worker's start included), and again after "
+    "set_epoch(1) in the same persistent worker",
     "memory": "plan-only: tracemalloc's peak during the computation (numpy's allocations included), the "
     "shard table built before it; end to end: the DataLoader worker's VmHWM",
     "repeats": "one run a case; the plan is deterministic, its time varies with the machine's load",
