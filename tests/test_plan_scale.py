@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 
 from loaders.planning.elastic import epoch_samples
-from loaders.planning.plan import plan_windows
+from loaders.planning.plan import plan_windows, window_blocks
 from loaders.planning.planner import PlanConfig, samples_per_rank, yield_order
 
 
@@ -33,8 +33,7 @@ def test_ten_million_samples_over_64_ranks_of_8_workers_each_once() -> None:
     real, pads = [], 0
     for rank in range(world):
         for worker in range(workers):
-            windows = plan_windows(sequence, config, epoch=3, rank=rank, worker_index=worker)
-            for rows, _ in windows.rows_view():  # type: ignore[attr-defined]
+            for rows, _ in window_blocks(sequence, config, epoch=3, rank=rank, worker_index=worker):
                 ids, is_pad = expanded(rows, offsets)
                 real.append(ids[is_pad == 0])
                 pads += int(is_pad.sum())

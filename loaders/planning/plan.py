@@ -7,7 +7,7 @@ for states saved before layout 3) write a worker's part out first. Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar, overload
+from typing import TypeVar
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from loaders.planning.planner import (
     epoch_runs,
     written_windows,
 )
-from loaders.planning.stream import RunsSequence, Samples, Windows
+from loaders.planning.stream import Computed, RunsSequence, Samples, WindowPlan
 
 
 def plan_windows(
@@ -33,8 +33,8 @@ def plan_windows(
     position to sample), in reading order: computed one at a time when asked for in layout 3."""
     check_plan_args(config, epoch, rank, worker_index)
     if config.layout >= LAZY_LAYOUT:
-        sequence = RunsSequence(runs) if isinstance(runs, np.ndarray) else runs
-        return Windows(sequence, config, epoch=epoch, rank=rank, worker_index=worker_index)
+        plan = _window_plan(runs, config, epoch, rank, worker_index)
+        return Computed(plan.num_windows, plan.window)
     windows = written_windows(_written(runs), config, epoch=epoch, rank=rank, worker_index=worker_index)
     return [Window(list(map(Run._make, rows.tolist())), seed) for rows, seed in windows]
 
@@ -46,9 +46,14 @@ def window_blocks(
     row for nearly every sample, which it reads without a tuple each."""
     if config.layout >= LAZY_LAYOUT:
         check_plan_args(config, epoch, rank, worker_index)
-        sequence = RunsSequence(runs) if isinstance(runs, np.ndarray) else runs
-        return Windows(sequence, config, epoch=epoch, rank=rank, worker_index=worker_index).rows_view()
+        plan = _window_plan(runs, config, epoch, rank, worker_index)
+        return Computed(plan.num_windows, plan.rows)
     return written_windows(_written(runs), config, epoch=epoch, rank=rank, worker_index=worker_index)
+
+
+def _window_plan(runs: Runs | Samples, config: PlanConfig, epoch: int, rank: int, worker: int) -> WindowPlan:
+    sequence = RunsSequence(runs) if isinstance(runs, np.ndarray) else runs
+    return WindowPlan(sequence, config, epoch=epoch, rank=rank, worker_index=worker)
 
 
 def plan_epoch(
@@ -67,28 +72,7 @@ def skip_whole_windows(windows: Sequence[T], skip: int, window_size: int) -> tup
     """``windows`` from the first one a resume must read, and the samples still to skip in it: every
     window but the last holds ``window_size`` samples, so the skipped ones are never computed."""
     whole = min(skip // window_size, len(windows))
-    return _From(windows, whole), skip - whole * window_size
-
-
-class _From(Sequence[T]):
-    """``windows[first:]`` without computing (or copying) a lazy sequence's windows."""
-
-    def __init__(self, windows: Sequence[T], first: int) -> None:
-        self.windows, self.first = windows, first
-
-    def __len__(self) -> int:
-        return len(self.windows) - self.first
-
-    @overload
-    def __getitem__(self, index: int) -> T: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[T]: ...
-    def __getitem__(self, index: int | slice) -> T | Sequence[T]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if not -len(self) <= index < len(self):
-            raise IndexError(index)
-        return self.windows[self.first + index % len(self)]
+    return Computed(len(windows) - whole, lambda index: windows[whole + index]), skip - whole * window_size
 
 
 def _written(runs: Runs | Samples) -> Runs:

@@ -12,17 +12,17 @@ The rules of :mod:`.planner` hold; what changes is how they are evaluated:
    position x of the rank's stream is computed on its own, never the whole permutation.
 4. Workers and windows as in :mod:`.planner`: a worker's part is a range of the rank's stream, cut into
    windows of ``shuffle_buffer``; each window's spans come from its positions when it is read
-   (:class:`Windows`, a lazy sequence).
+   (:class:`WindowPlan`, handed out as a :class:`Computed` sequence).
 A resumed epoch's sequence is what the saved segments left (``loaders.planning.elastic.RestSequence``),
 a function from position to sample too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Protocol, overload
+from typing import Protocol, TypeVar, overload
 
 import numpy as np
 
@@ -43,6 +43,8 @@ from loaders.planning.planner import (
     window_seed,
     worker_sample_counts,
 )
+
+T = TypeVar("T")
 
 
 class Samples(Protocol):
@@ -178,8 +180,30 @@ def spans_of(shard: np.ndarray, sample: np.ndarray, is_pad: np.ndarray, shuffle:
     )
 
 
-class Windows(Sequence[Window]):
-    """One (rank, worker)'s windows, each computed when asked for: ``len``, indexing and iteration."""
+class Computed(Sequence[T]):
+    """``length`` items, item i computed by ``item(i)`` each time it is asked for: a plan's windows
+    without the plan written out."""
+
+    def __init__(self, length: int, item: Callable[[int], T]) -> None:
+        self.length, self.item = length, item
+
+    def __len__(self) -> int:
+        return self.length
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[T]: ...
+    def __getitem__(self, index: int | slice) -> T | Sequence[T]:
+        if isinstance(index, slice):
+            return [self.item(i) for i in range(*index.indices(self.length))]
+        if not -self.length <= index < self.length:
+            raise IndexError(index)
+        return self.item(index % self.length)
+
+
+class WindowPlan:
+    """One (rank, worker)'s part of its rank's stream, and each of its windows on demand."""
 
     def __init__(self, sequence: Samples, config: PlanConfig, *, epoch: int, rank: int, worker_index: int):
         self.stream = RankStream(sequence, config, epoch, rank)
@@ -187,7 +211,8 @@ class Windows(Sequence[Window]):
         counts = worker_sample_counts(self.stream.per_rank, config.num_workers, config.batch_size)
         self.first, self.length = sum(counts[:worker_index]), counts[worker_index]
 
-    def __len__(self) -> int:
+    @property
+    def num_windows(self) -> int:
         return -(-self.length // self.config.shuffle_buffer)
 
     def positions(self, index: int) -> np.ndarray:
@@ -198,44 +223,11 @@ class Windows(Sequence[Window]):
 
     def rows(self, index: int) -> WindowRows:
         """Window ``index`` as ``(rows, seed)``, rows ``(n, 4)`` in reading order."""
-        if not 0 <= index < len(self):
-            raise IndexError(index)
         config = self.config
         seed = window_seed(config, self.epoch, self.rank, self.worker, index)
         shard, sample, is_pad = self.stream.take(self.positions(index))
         return spans_of(shard, sample, is_pad, config.shuffle), seed
 
-    @overload
-    def __getitem__(self, index: int) -> Window: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Window]: ...
-    def __getitem__(self, index: int | slice) -> Window | Sequence[Window]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        index = index + len(self) if index < 0 else index
+    def window(self, index: int) -> Window:
         rows, seed = self.rows(index)
         return Window(list(map(Run._make, rows.tolist())), seed)
-
-    def __iter__(self) -> Iterator[Window]:
-        return (self[i] for i in range(len(self)))
-
-    def rows_view(self) -> Sequence[WindowRows]:
-        """The same windows as ``(rows, seed)``, each computed when asked for."""
-        return _RowsView(self)
-
-
-class _RowsView(Sequence[WindowRows]):
-    def __init__(self, windows: Windows) -> None:
-        self.windows = windows
-
-    def __len__(self) -> int:
-        return len(self.windows)
-
-    @overload
-    def __getitem__(self, index: int) -> WindowRows: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[WindowRows]: ...
-    def __getitem__(self, index: int | slice) -> WindowRows | Sequence[WindowRows]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        return self.windows.rows(index + len(self) if index < 0 else index)
