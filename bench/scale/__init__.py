@@ -6,7 +6,7 @@ Plan-only cases run in a fresh process each, on synthetic shard tables (shards o
 last worker of the last rank (8 workers a rank) computes the epoch's sequence and its first window, as a
 worker does at the start of an epoch; a mixture also locates that window's samples in its sources. The
 same plan in layout 2 (the materialising plan, kept for states saved before layout 3) runs where it fits
-in time, and MosaicML Streaming's and Grain's where they are installed.
+in time.
 """
 
 RULES = {

@@ -23,7 +23,6 @@ SOURCES = (1, 3, 10, 100)
 OLD_LIMITS = {1: 10**8, 3: 10**7, 10: 10**6, 100: 0}
 """The largest epoch layout 2 plans here: beyond, a worker needs minutes and gigabytes, and a mixture of
 many sources takes the quota order's Python loop (tens of seconds at 10^6 samples)."""
-PEER_LIMIT = 10**9
 END_TO_END = (10**6, 10**7, 10**8)
 CAPTION = "time to a worker's first window and its peak plan memory against the epoch's samples"
 
@@ -49,9 +48,6 @@ def cases(quick: bool) -> list[plans.Case]:
         out.append(plans.Case("layout-3", n, k, world))
         if n <= OLD_LIMITS[k]:
             out.append(plans.Case("layout-2", n, k, world))
-        for peer in ("streaming", "grain"):
-            if k == 1 and n <= PEER_LIMIT and plans.installed(peer):
-                out.append(plans.Case(peer, n, k, world))
     return out
 
 

@@ -21,7 +21,7 @@ EPOCH = 1
 class Case:
     """One plan: ``samples`` per epoch over ``sources`` (1: a single dataset), ``world`` ranks."""
 
-    contender: str  # "layout-3", "layout-2", "streaming", "grain"
+    contender: str  # "layout-3", "layout-2"
     samples: int
     sources: int
     world: int
@@ -116,47 +116,4 @@ def _shardpipe(case: Case, tables: list[np.ndarray]) -> Any:
     return mixture
 
 
-def _streaming(case: Case, tables: list[np.ndarray]) -> Any:
-    """MosaicML Streaming's plan: its shuffle (py1e) and partition, as each node computes them."""
-    from streaming.base.partition import get_partitions
-    from streaming.base.shuffle import get_shuffle
-
-    sizes = np.concatenate(tables)
-
-    nodes = max(case.world // 8, 1)
-
-    def plan() -> int:
-        order = get_shuffle("py1e", sizes, nodes, SEED, EPOCH, block_size=1 << 18)
-        ids = get_partitions("orig", int(sizes.sum()), nodes, nodes, case.world // nodes, WORKERS, BATCH)
-        return int(order.size) + int(ids.size)
-
-    return plan
-
-
-def _grain(case: Case, tables: list[np.ndarray]) -> Any:
-    """Grain's ``IndexSampler``: a stateless index shuffle, the worker's first record keys."""
-    import grain.python as grain
-
-    total = int(sum(t.sum() for t in tables))
-
-    def plan() -> int:
-        options = grain.ShardOptions(shard_index=case.world - 1, shard_count=case.world, drop_remainder=True)
-        sampler = grain.IndexSampler(total, options, shuffle=True, num_epochs=EPOCH + 1, seed=SEED)
-        return len([sampler[WORKERS - 1 + i * WORKERS].record_key for i in range(1024)])
-
-    return plan
-
-
-PREPARE = {"layout-3": _shardpipe, "layout-2": _shardpipe, "streaming": _streaming, "grain": _grain}
-
-
-def installed(contender: str) -> bool:
-    """Whether a peer's package imports here."""
-    module = {"streaming": "streaming", "grain": "grain"}.get(contender)
-    if module is None:
-        return True
-    try:
-        __import__(module)
-    except Exception:
-        return False
-    return True
+PREPARE = {"layout-3": _shardpipe, "layout-2": _shardpipe}
