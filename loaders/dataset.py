@@ -177,8 +177,7 @@ class ShardedDataset(IterableDataset[Sample]):
             check=check,
         )
         self.shards = self.manifest.split_shards(split)
-        self.shard_sizes = [s.num_samples for s in self.shards]
-        self._shard_table = np.array(self.shard_sizes, dtype=np.int64)  # what a plan reads, at any count
+        self.shard_sizes: np.ndarray = self.shards.num_samples  # what a plan reads, at any shard count
         self._sequences: dict[tuple[int, tuple[Segment, ...], PlanConfig], Samples] = {}
         self.format = get_format(self.manifest.format)
         self.rank, self.world_size = get_world(rank, world_size)
@@ -253,12 +252,12 @@ class ShardedDataset(IterableDataset[Sample]):
 
     def epoch_size(self, epoch: int) -> int:
         """Samples in a full ``epoch``'s sequence over all ranks, pads and drops aside."""
-        return sum(self.shard_sizes)
+        return int(self.shard_sizes.sum())
 
     def sample_bytes(self) -> float:
         """A sample's mean bytes in the shards (framing included), as the manifest has them: what sizes the
         batch transport's slots."""
-        return sum(shard.num_bytes for shard in self.shards) / max(sum(self.shard_sizes), 1)
+        return int(self.shards.num_bytes.sum()) / max(int(self.shard_sizes.sum()), 1)
 
     def num_batches(self, batch_size: int, num_workers: int) -> int:
         """Batches every rank's ``DataLoader(dataset, batch_size, num_workers=...)`` yields in a fresh pass of
@@ -354,7 +353,7 @@ class ShardedDataset(IterableDataset[Sample]):
         reader = WindowReader(
             readers=self._readers,
             fields=self.fields,
-            shard_paths=[shard.path for shard in self.shards],
+            shard_paths=self.shards.paths,
             on_error=self.options.on_error,
             count_errors=partial(self._count_errors, plan.worker_index),
             piece_size=self.batch_size * self.options.chunk_batches if self.batched else None,
@@ -416,7 +415,7 @@ class ShardedDataset(IterableDataset[Sample]):
         context = DecodeContext(self.options.seed, epoch, skip=self.options.on_error == "skip")
         if self.batched:
             per_chunk = self.options.chunk_batches
-            shard_paths = [shard.path for shard in self.shards]
+            shard_paths = self.shards.paths
             count_errors = partial(self._count_errors, worker_index)
             decoding = Decoding(self.decoders, context, shard_paths, count_errors)
             cut = batches(columns, self.batch_size * per_chunk, decoding if self.decoders else None)
@@ -454,7 +453,7 @@ class ShardedDataset(IterableDataset[Sample]):
         if key not in self._sequences:
             while len(self._sequences) >= 4:
                 self._sequences.pop(next(iter(self._sequences)))
-            self._sequences[key] = epoch_samples(self._shard_table, config, history, epoch)
+            self._sequences[key] = epoch_samples(self.shard_sizes, config, history, epoch)
         return self._sequences[key]
 
     def _finished(

@@ -51,6 +51,7 @@ from loaders.reading.mixed_landing import SourcePart, land_pieces
 from loaders.reading.readers import ShardReaders
 from loaders.reading.windows import OnError, WindowReader, piece_ends
 from shardpipe.errors import DataError
+from shardpipe.shardtable import ShardTable
 
 Locate = Callable[[int, int, int], Runs]
 """``(source, begin, end) -> rows``: a source's real rows for a stretch of its global cursor."""
@@ -93,7 +94,7 @@ class Mixture(ShardedDataset):
         self.names: tuple[str, ...] = tuple(sources)
         self.datasets: tuple[ShardedDataset, ...] = datasets
         self.weights, self.samples_per_epoch, self.per_batch = weights, samples_per_epoch, per_batch
-        self.sizes = tuple(sum(d.shard_sizes) for d in datasets)
+        self.sizes = tuple(int(d.shard_sizes.sum()) for d in datasets)
         self.fields: tuple[str, ...] = first.fields
         on_error: OnError = "skip" if all(d.options.on_error == "skip" for d in datasets) else "raise"
         self.options = type(first.options)(
@@ -107,8 +108,8 @@ class Mixture(ShardedDataset):
             on_error=on_error,
             check=first.options.check,
         )
-        self.shards = tuple(shard for d in datasets for shard in d.shards)
-        self.shard_sizes = [n for d in datasets for n in d.shard_sizes]
+        self.shards = ShardTable.concat([d.shards for d in datasets])
+        self.shard_sizes = self.shards.num_samples
         block_sizes = [d.options.block_size for d in datasets]
         self._sources = SourceTable.of(
             [d.shard_sizes for d in datasets], block_sizes, first.options.shuffle, seed
@@ -291,7 +292,7 @@ class Mixture(ShardedDataset):
             WindowReader(
                 readers=d._readers,
                 fields=self.fields,
-                shard_paths=[shard.path for shard in d.shards],
+                shard_paths=d.shards.paths,
                 on_error=d.options.on_error,
                 count_errors=count_errors,
             )

@@ -35,7 +35,7 @@ from loaders.transfer.collate import Batch
 from shardpipe.errors import CorruptShardError, DataError, SampleIndexError, SampleKeyError
 from shardpipe.formats import get_format
 from shardpipe.formats.layout import ShardIndex, keys_checksum
-from shardpipe.manifest import ShardEntry
+from shardpipe.shardtable import ShardEntry
 
 Sample = dict[str, Any]
 _FIRST = np.zeros(1, dtype=np.int64)
@@ -69,9 +69,9 @@ class ShardedMapDataset(Dataset[Sample]):
         self.manifest = self.source.manifest
         self.split = split
         self.shards = self.manifest.split_shards(split)
-        self.starts = np.cumsum([0, *(shard.num_samples for shard in self.shards)])
+        self.starts = np.concatenate([[0], np.cumsum(self.shards.num_samples)])
         self._starts: list[int] = self.starts.tolist()
-        self._shard_paths = [shard.path for shard in self.shards]
+        self._shard_paths = self.shards.paths
         self.format = get_format(self.manifest.format)
         self.fields = selected_fields(self.manifest, fields, self.source.display)
         self.decoders = resolve_decoders(decode, self.fields, self.manifest.label_fields)

@@ -37,11 +37,12 @@ if TYPE_CHECKING:
         ShardpipeError,
         UsageError,
     )
-    from shardpipe.manifest import Manifest, ShardEntry, load_manifest
+    from shardpipe.manifest import Manifest, load_manifest
     from shardpipe.packing import PackOptions, PackResult, pack
     from shardpipe.packing.dataset_writer import DatasetWriter
     from shardpipe.packing.items import pack_items
     from shardpipe.packing.ray_engine import RayExecutor
+    from shardpipe.shardtable import ShardEntry
     from shardpipe.storage import RetryPolicy, StorageError, Store, open_store
     from shardpipe.tools.index import index
     from shardpipe.tools.inspection import inspect

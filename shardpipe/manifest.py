@@ -12,13 +12,17 @@ accidental damage; it is no signature: whoever edits a manifest by hand can reco
 ``requires``, the features a reader must know to read the pack (``compression``): a reader refuses a
 feature it does not know, and releases that read only version 2 refuse the pack whole, instead of
 returning stored bytes they cannot decode. A pack that needs no feature is still written as version 2.
-Version-1 manifests still read, without per-sample checks, and say so once in the log. Anything malformed
-(bad JSON, wrong types, totals that disagree with the shards, a path that leaves the dataset) raises
-:class:`DataError` naming the file.
+A split of more than ``LISTED_SHARDS`` shards keeps its shards in a file of its own, an Arrow table
+(:mod:`shardpipe.shardtable`) named with its sha256 and required as ``shard_table``, so that loading a
+pack of a million shards costs a hash and a memory map, not a million JSON objects. Version-1 manifests
+still read, without per-sample checks, and say so once in the log. Anything malformed (bad JSON, wrong
+types, totals that disagree with the shards, a path that leaves the dataset) raises :class:`DataError`
+naming the file.
 
-Part of the shared core (``shardpipe.manifest``, ``.errors``, ``.formats``, ``.storage``, ``.units``),
-which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it imports neither
-of them, nor the sources, tools or CLI (the import-linter contracts in pyproject.toml, run by ``make lint``).
+Part of the shared core (``shardpipe.manifest``, ``.shardtable``, ``.errors``, ``.formats``, ``.storage``,
+``.units``), which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it
+imports neither of them, nor the sources, tools or CLI (the import-linter contracts in pyproject.toml, run
+by ``make lint``).
 """
 
 from __future__ import annotations
@@ -27,17 +31,27 @@ import hashlib
 import json
 import logging
 import os
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from functools import partial
 from typing import Any
+
+import pyarrow as pa
 
 from shardpipe.errors import DataError
 from shardpipe.formats import FORMAT_INFO, FORMAT_NAMES
 from shardpipe.formats.compression import FieldCodec
 from shardpipe.formats.terms import CHECKSUM_NAME, INDEX_VERSION, INDEX_VERSIONS
+from shardpipe.shardtable import (
+    TABLE_SUFFIX,
+    ShardEntry,
+    ShardTable,
+    check_inside,
+    count,
+    expect,
+)
 from shardpipe.storage import ObjectNotFoundError, Store, open_store, redact_url, split_url
+from shardpipe.storage.files import sha256_file
 from shardpipe.version import __version__
 
 MANIFEST_NAME = "manifest.json"
@@ -45,7 +59,7 @@ MANIFEST_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 PLAIN_VERSION = 2
 """The version of a manifest whose pack requires no feature: readable by every release since version 2."""
-KNOWN_FEATURES = ("compression",)
+KNOWN_FEATURES = ("compression", "shard_table")
 """Features a pack may require (``requires``) that this shardpipe reads."""
 DIGEST_KEY = "content_sha256"
 log = logging.getLogger("shardpipe")
@@ -53,67 +67,11 @@ _warned_v1: set[str] = set()
 
 
 @dataclass(frozen=True, slots=True)
-class ShardEntry:
-    path: str
-    """Relative to the dataset root, with ``/`` separators."""
-    num_samples: int
-    num_bytes: int
-    sha256: str
-    index_path: str | None = None
-    index_sha256: str | None = None
-    keys_checksum: str | None = None
-    """xxh3_64 of the shard's keys in order (``shardpipe.formats.layout.keys_checksum``): what checks a key
-    read alone, as a lookup by key reads them. ``None`` in packs written before it was recorded."""
-    compressed: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """Each compressed field's bytes in this shard, as given and as stored: what ``inspect`` reports."""
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "path": self.path,
-            "samples": self.num_samples,
-            "bytes": self.num_bytes,
-            "sha256": self.sha256,
-        }
-        if self.index_path is not None:
-            out["index"] = {"path": self.index_path, "sha256": self.index_sha256}
-        if self.keys_checksum is not None:
-            out["keys_xxh3"] = self.keys_checksum
-        if self.compressed:
-            out["compressed"] = {name: list(sizes) for name, sizes in self.compressed.items()}
-        return out
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ShardEntry:
-        """Parse and check one shard entry; raises ``ValueError`` saying which entry is wrong."""
-        _expect(data, dict, "a shard entry")
-        path = _expect(data["path"], str, "a shard path")
-        where = f"shard {path!r}"
-        check_inside(path, where)
-        index = data.get("index")
-        if index is not None:
-            _expect(index, dict, f"{where}: index")
-            check_inside(_expect(index["path"], str, f"{where}: index path"), f"{where}: index")
-            _expect(index["sha256"], str, f"{where}: index sha256")
-        return cls(
-            path=path,
-            num_samples=_count(data["samples"], f"{where}: samples"),
-            num_bytes=_count(data["bytes"], f"{where}: bytes"),
-            sha256=_expect(data["sha256"], str, f"{where}: sha256"),
-            index_path=None if index is None else index["path"],
-            index_sha256=None if index is None else index["sha256"],
-            keys_checksum=_keys_checksum(data.get("keys_xxh3"), where),
-            compressed={
-                name: (_count(sizes[0], f"{where}: compressed"), _count(sizes[1], f"{where}: compressed"))
-                for name, sizes in _expect(data.get("compressed", {}), dict, f"{where}: compressed").items()
-            },
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class Manifest:
     format: str
     fields: tuple[str, ...]
-    splits: dict[str, tuple[ShardEntry, ...]]
+    splits: dict[str, ShardTable]
+    """Each split's shards (given as any sequence of :class:`ShardEntry`, held as a :class:`ShardTable`)."""
     split_rule: dict[str, Any]
     source: dict[str, Any] = field(default_factory=dict)
     classes: tuple[str, ...] | None = None
@@ -137,7 +95,11 @@ class Manifest:
     """The fields stored compressed, each with its codec, level, bound and dictionary
     (:mod:`shardpipe.formats.compression`); checksums cover the stored (compressed) bytes."""
 
-    def split_shards(self, split: str) -> tuple[ShardEntry, ...]:
+    def __post_init__(self) -> None:
+        tables = {name: ShardTable.of(s) for name, s in self.splits.items() if not isinstance(s, ShardTable)}
+        object.__setattr__(self, "splits", {**self.splits, **tables})
+
+    def split_shards(self, split: str) -> ShardTable:
         if split not in self.splits:
             raise DataError(f"split {split!r} is not in this dataset; it has {', '.join(self.splits)}")
         return self.splits[split]
@@ -152,7 +114,16 @@ class Manifest:
     @property
     def requires(self) -> tuple[str, ...]:
         """The features a reader must know to read this pack (see the module doc)."""
-        return ("compression",) if self.compression else ()
+        return ("compression",) * bool(self.compression) + ("shard_table",) * bool(self.table_files())
+
+    def table_files(self) -> dict[str, ShardTable]:
+        """The splits whose shard tables are files of their own (more than ``LISTED_SHARDS`` shards), by the
+        file's path in the dataset."""
+        return {
+            check_inside(f"{name}{TABLE_SUFFIX}", f"split {name!r}"): shards
+            for name, shards in self.splits.items()
+            if not shards.listed
+        }
 
     def to_json(self) -> dict[str, Any]:
         data = {
@@ -175,14 +146,7 @@ class Manifest:
                 if self.compression
                 else {}
             ),
-            "splits": {
-                name: {
-                    "samples": sum(s.num_samples for s in shards),
-                    "bytes": sum(s.num_bytes for s in shards),
-                    "shards": [s.to_json() for s in shards],
-                }
-                for name, shards in self.splits.items()
-            },
+            "splits": {name: _split_json(name, shards) for name, shards in self.splits.items()},
         }
         data[DIGEST_KEY] = content_digest(data)
         return data
@@ -195,10 +159,11 @@ class Manifest:
         return hashlib.sha256(self.dumps().encode()).hexdigest()[:16]
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Manifest:
+    def from_json(cls, data: dict[str, Any], open_table: OpenTable | None = None) -> Manifest:
         """Parse and check a manifest's JSON; raises ``ValueError``, ``KeyError`` or ``TypeError`` saying
-        what is wrong (:func:`load_manifest` turns them into a :class:`DataError` naming the file)."""
-        _expect(data, dict, "the manifest")
+        what is wrong (:func:`load_manifest` turns them into a :class:`DataError` naming the file).
+        ``open_table(path, sha256)`` reads a split's shard table file (:func:`read_manifest` passes one)."""
+        expect(data, dict, "the manifest")
         version = data.get("manifest_version")
         if not isinstance(version, int) or isinstance(version, bool) or version not in READABLE_VERSIONS:
             raise _UnsupportedVersionError(
@@ -207,19 +172,16 @@ class Manifest:
             )
         if version >= 2 and data.get(DIGEST_KEY) != content_digest(data):
             raise ValueError(f"its {DIGEST_KEY} does not match its content (damaged or edited by hand)")
-        fmt = _expect(data["format"], str, "format")
+        fmt = expect(data["format"], str, "format")
         if fmt not in FORMAT_NAMES:
             raise ValueError(f"format {fmt!r} is not one of {', '.join(FORMAT_NAMES)}")
-        fields = tuple(_expect(data["fields"], list, "fields"))
+        fields = tuple(expect(data["fields"], list, "fields"))
         if not all(isinstance(name, str) and name for name in fields) or len(set(fields)) != len(fields):
             raise ValueError(f"fields {list(fields)!r} must be distinct non-empty names")
         classes = data.get("classes")
-        if classes is not None and not all(isinstance(c, str) for c in _expect(classes, list, "classes")):
+        if classes is not None and not all(isinstance(c, str) for c in expect(classes, list, "classes")):
             raise ValueError("classes must be names")
-        splits = {
-            _expect(name, str, "a split name"): _split(split, name, needs_index=FORMAT_INFO[fmt].needs_index)
-            for name, split in _expect(data["splits"], dict, "splits").items()
-        }
+        listed = expect(data["splits"], dict, "splits")
         index_version, checksum = 1, None
         if version >= 2:
             index_version = data["index_version"]
@@ -235,30 +197,37 @@ class Manifest:
                 raise ValueError(f"sample_checksum {checksum!r} is not {CHECKSUM_NAME!r}")
         compression = {
             name: FieldCodec.from_json(codec, name)
-            for name, codec in _expect(data.get("compression", {}), dict, "compression").items()
+            for name, codec in expect(data.get("compression", {}), dict, "compression").items()
         }
         if unknown := [name for name in compression if name not in fields]:
             raise ValueError(f"compression names {unknown[0]!r}, not one of the fields")
         for name, codec in compression.items():
             if codec.dictionary is not None:
                 check_inside(codec.dictionary, f"the dictionary of field {name!r}")
-        _check_requires(data, version, bool(compression))
+        tables = any(isinstance(split, dict) and "table" in split for split in listed.values())
+        _check_requires(data, version, {"compression": bool(compression), "shard_table": tables})
+        splits = {  # last: a split's table file is read only once the manifest asks for nothing unknown
+            expect(name, str, "a split name"): _split(
+                split, name, needs_index=FORMAT_INFO[fmt].needs_index, open_table=open_table
+            )
+            for name, split in listed.items()
+        }
         return cls(
             format=fmt,
             fields=fields,
             compression=compression,
             splits=splits,
-            split_rule=_expect(data["split_rule"], dict, "split_rule"),
-            source=_expect(data.get("source", {}), dict, "source"),
+            split_rule=expect(data["split_rule"], dict, "split_rule"),
+            source=expect(data.get("source", {}), dict, "source"),
             classes=tuple(classes) if classes is not None else None,
-            shard_limits=_expect(data.get("shard_limits", {}), dict, "shard_limits"),
+            shard_limits=expect(data.get("shard_limits", {}), dict, "shard_limits"),
             shardpipe_version=str(data.get("shardpipe_version", "unknown")),
             manifest_version=version,
             index_version=index_version,
             sample_checksum=checksum,
-            order=_expect(data.get("order", {}), dict, "order"),
-            job=_expect(data.get("job", {}), dict, "job"),
-            skipped=_expect(data.get("skipped", {}), dict, "skipped"),
+            order=expect(data.get("order", {}), dict, "order"),
+            job=expect(data.get("job", {}), dict, "job"),
+            skipped=expect(data.get("skipped", {}), dict, "skipped"),
         )
 
 
@@ -266,30 +235,25 @@ class _UnsupportedVersionError(ValueError):
     """A manifest version this shardpipe cannot read: said as is, not as "malformed"."""
 
 
-def _check_requires(data: dict[str, Any], version: int, compressed: bool) -> None:
+def _check_requires(data: dict[str, Any], version: int, recorded: dict[str, bool]) -> None:
     """A version-3 manifest lists what its pack requires: refuse a feature this shardpipe does not know,
     and a list that disagrees with what the manifest records (a hand edit)."""
     if version < 3:  # packs compressed before version 3 existed record compression alone
+        if recorded["shard_table"]:
+            raise ValueError("a shard table file needs manifest version 3, which lists it in requires")
         return
-    required = _expect(data.get("requires"), list, "requires")
+    required = expect(data.get("requires"), list, "requires")
     if unknown := [feature for feature in required if feature not in KNOWN_FEATURES]:
         raise _UnsupportedVersionError(
             f"this pack requires {', '.join(map(repr, unknown))}, which this shardpipe cannot read "
             f"(it knows {', '.join(KNOWN_FEATURES)}); upgrade shardpipe"
         )
-    if ("compression" in required) != compressed:
-        raise ValueError(
-            f"requires {required!r} disagrees with the compression it records "
-            f"({'some' if compressed else 'none'}): the manifest was edited; repack"
-        )
-
-
-def check_inside(path: str, what: str) -> str:
-    """``path`` if it names a file inside the dataset (relative, no ``..``); raises ``ValueError``."""
-    parts = PurePosixPath(path).parts
-    if not parts or path.startswith("/") or ".." in parts or "\\" in path or "\x00" in path:
-        raise ValueError(f"{what}: the path {path!r:.80} must be relative inside the dataset")
-    return path
+    for feature, present in recorded.items():
+        if (feature in required) != present:
+            raise ValueError(
+                f"requires {required!r} disagrees with the {feature} it records "
+                f"({'some' if present else 'none'}): the manifest was edited; repack"
+            )
 
 
 def content_digest(data: dict[str, Any]) -> str:
@@ -298,37 +262,37 @@ def content_digest(data: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _expect(value: Any, kind: type, what: str) -> Any:
-    if not isinstance(value, kind):
-        raise TypeError(f"{what} is {type(value).__name__} {value!r:.60}, expected {kind.__name__}")
-    return value
+OpenTable = Callable[[str, str], ShardTable]
+"""Reads a shard table file: ``open_table(path, sha256)``."""
 
 
-def _keys_checksum(value: Any, where: str) -> str | None:
-    if value is not None and not (isinstance(value, str) and re.fullmatch("[0-9a-f]{16}", value)):
-        raise ValueError(f"{where}: keys_xxh3 is {value!r:.60}, expected 16 hex digits")
-    return value
-
-
-def _count(value: Any, what: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{what} is {value!r:.60}, expected a count >= 0")
-    return value
-
-
-def _split(split: Any, name: str, *, needs_index: bool) -> tuple[ShardEntry, ...]:
-    """One split's shards, checked against the split's totals."""
-    _expect(split, dict, f"split {name!r}")
-    shards = tuple(ShardEntry.from_json(s) for s in _expect(split["shards"], list, f"split {name!r}: shards"))
-    for what, key, total in (
-        ("samples", "samples", sum(s.num_samples for s in shards)),
-        ("bytes", "bytes", sum(s.num_bytes for s in shards)),
-    ):
-        if _count(split[key], f"split {name!r}: {what}") != total:
-            raise ValueError(f"split {name!r} says {split[key]} {what}, its shards add up to {total}")
-    if needs_index and (missing := [s.path for s in shards if s.index_path is None]):
-        raise ValueError(f"shard {missing[0]!r} has no index; this format needs one")
+def _split(split: Any, name: str, *, needs_index: bool, open_table: OpenTable | None) -> ShardTable:
+    """One split's shards, listed or in a table file, checked against the split's totals."""
+    expect(split, dict, f"split {name!r}")
+    if "table" in split:
+        table = expect(split["table"], dict, f"split {name!r}: table")
+        path = check_inside(expect(table["path"], str, f"split {name!r}: table path"), f"split {name!r}")
+        if open_table is None:
+            raise ValueError(
+                f"split {name!r} keeps its shards in {path}; read the manifest with load_manifest"
+            )
+        shards = open_table(path, expect(table["sha256"], str, f"split {name!r}: table sha256"))
+    else:
+        listed = expect(split["shards"], list, f"split {name!r}: shards")
+        shards = ShardTable.of(ShardEntry.from_json(s) for s in listed)
+    for what, total in (("samples", shards.num_samples.sum()), ("bytes", shards.num_bytes.sum())):
+        if count(split[what], f"split {name!r}: {what}") != total:
+            raise ValueError(f"split {name!r} says {split[what]} {what}, its shards add up to {total}")
+    if needs_index and (missing := shards.first_without_index()) is not None:
+        raise ValueError(f"shard {missing!r} has no index; this format needs one")
     return shards
+
+
+def _split_json(name: str, shards: ShardTable) -> dict[str, Any]:
+    totals = {"samples": int(shards.num_samples.sum()), "bytes": int(shards.num_bytes.sum())}
+    if shards.listed:
+        return {**totals, "shards": [s.to_json() for s in shards]}
+    return {**totals, "table": {"path": f"{name}{TABLE_SUFFIX}", "sha256": shards.sha256()}}
 
 
 def dataset_location(
@@ -368,21 +332,44 @@ def read_manifest(store: Store, key: str = MANIFEST_NAME) -> Manifest:
         text = data.decode()
     except UnicodeDecodeError as exc:
         raise DataError(f"cannot read manifest {shown}: {exc}") from None
-    manifest = manifest_from_text(text, shown)
+    manifest = manifest_from_text(text, shown, partial(_open_table, store))
     if manifest.manifest_version < 2:
         local = store.local_path(key)
         warn_v1(shown, str(local.resolve()) if local is not None else shown, manifest.manifest_version)
     return manifest
 
 
-def manifest_from_text(text: str, where: str) -> Manifest:
+def _open_table(store: Store, key: str, sha256: str) -> ShardTable:
+    """A split's shard table file, checked against the manifest's sha256: memory-mapped where it is a
+    local file (read in place, its pages shared by the node's processes), read whole where it is remote."""
+    shown = redact_url(store.url(key))
+    local = store.local_path(key)
+    try:
+        if local is not None:
+            digest, data = sha256_file(local), pa.memory_map(str(local))
+        else:
+            content = store.read(key)
+            digest, data = hashlib.sha256(content).hexdigest(), pa.py_buffer(content)
+    except OSError as exc:
+        raise DataError(f"cannot read the shard table {shown}: {exc}; repack the dataset") from exc
+    if digest != sha256:
+        raise DataError(
+            f"shard table {shown}: its sha256 differs from the manifest's (damaged or replaced); repack"
+        )
+    try:
+        return ShardTable.decode(data)
+    except ValueError as exc:
+        raise DataError(f"shard table {shown}: {exc}") from None
+
+
+def manifest_from_text(text: str, where: str, open_table: OpenTable | None = None) -> Manifest:
     """Parse and check a manifest's text; every problem is a :class:`DataError` naming ``where``."""
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise DataError(f"cannot read manifest {where}: {exc}") from exc
     try:
-        return Manifest.from_json(data)
+        return Manifest.from_json(data, open_table)
     except _UnsupportedVersionError as exc:
         raise DataError(f"manifest {where}: {exc}") from None
     except KeyError as exc:
@@ -407,4 +394,6 @@ def warn_v1(where: str, identity: str, version: int) -> None:
 def write_manifest(store: Store, manifest: Manifest) -> None:
     """Put ``manifest.json`` at the store's root, whole or not at all; callers write it last, after every
     shard is in place: a dataset is complete exactly when its manifest exists."""
+    for key, shards in manifest.table_files().items():
+        store.put(key, shards.encode())
     store.put(MANIFEST_NAME, manifest.dumps().encode())

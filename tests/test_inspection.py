@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shardpipe.manifest import Manifest, ShardEntry, write_manifest
+from shardpipe.manifest import Manifest, write_manifest
+from shardpipe.shardtable import ShardEntry
 from shardpipe.storage import open_store
 from shardpipe.tools.inspection import inspect, render
 

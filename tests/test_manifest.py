@@ -18,11 +18,11 @@ from shardpipe.manifest import (
     DIGEST_KEY,
     PLAIN_VERSION,
     Manifest,
-    ShardEntry,
     content_digest,
     load_manifest,
     write_manifest,
 )
+from shardpipe.shardtable import ShardEntry
 from shardpipe.storage import open_store
 
 SHA = "ab" * 32

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shardpipe.errors import UsageError
-from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, load_manifest, write_manifest
+from shardpipe.manifest import MANIFEST_NAME, Manifest, load_manifest, write_manifest
 from shardpipe.packing.output import (
     JOURNAL_NAME,
     Job,
@@ -20,6 +20,7 @@ from shardpipe.packing.output import (
     compare_jobs,
     parse_journal,
 )
+from shardpipe.shardtable import ShardEntry
 from shardpipe.storage import open_store
 from shardpipe.storage.files import sha256_file
 

@@ -18,11 +18,12 @@ import pytest
 
 from shardpipe.errors import DataError
 from shardpipe.formats import get_format
-from shardpipe.manifest import MANIFEST_NAME, ShardEntry, load_manifest
+from shardpipe.manifest import MANIFEST_NAME, load_manifest
 from shardpipe.packing import PackOptions, pack
 from shardpipe.packing.plan import ShardJob, plan_jobs
 from shardpipe.packing.ray_engine import RayExecutor, check_visible
 from shardpipe.packing.shard_writing import write_shard
+from shardpipe.shardtable import ShardEntry
 from shardpipe.sources import SampleTable, scan_source
 from shardpipe.storage import Store, open_store
 from testkit.ray_cluster import Cluster, token_auth, two_node_cluster

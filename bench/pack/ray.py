@@ -37,13 +37,13 @@ from bench.common.report import Run, write_report
 from bench.common.system import ROOT
 from bench.pack.data import Profile, build_tree, warm
 from shardpipe.formats import get_format
-from shardpipe.manifest import ShardEntry
 from shardpipe.packing import PackOptions
 from shardpipe.packing.engine import init_worker
 from shardpipe.packing.plan import plan_jobs
 from shardpipe.packing.ray_engine import RayExecutor
 from shardpipe.packing.shard_writing import write_shard
 from shardpipe.process_settings import pausing_gc
+from shardpipe.shardtable import ShardEntry
 from shardpipe.sources import scan_source
 from shardpipe.storage import open_store
 from testkit.ray_cluster import free_port, head_args, session_processes, start_node, stop_nodes, token_auth

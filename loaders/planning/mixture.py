@@ -136,7 +136,7 @@ def pass_blocks(
 
 
 def cursor_runs(
-    shard_sizes: Sequence[int], block_size: int, shuffle: bool, seed: int, source: int, begin: int, end: int
+    shard_sizes: ShardSizes, block_size: int, shuffle: bool, seed: int, source: int, begin: int, end: int
 ) -> Runs:
     """The source's real ``(shard, start, stop)`` rows for global cursors [begin, end), in cursor order."""
     sizes = tuple(int(n) for n in shard_sizes)

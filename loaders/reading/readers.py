@@ -29,7 +29,7 @@ from shardpipe.formats.landing import BufferPool, Landing
 from shardpipe.formats.layout import ShardIndex, index_bytes
 from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.formats.terms import ColumnsOut
-from shardpipe.manifest import ShardEntry
+from shardpipe.shardtable import ShardTable
 
 
 def _descriptor_limit() -> int:
@@ -70,7 +70,7 @@ class ShardReaders:
     def __init__(
         self,
         source: DatasetSource,
-        shards: Sequence[ShardEntry],
+        shards: ShardTable,
         fmt: Format,
         *,
         check: bool,
@@ -85,7 +85,7 @@ class ShardReaders:
         self._pid = os.getpid()
         self._open: OrderedDict[int, ShardReader] = OrderedDict()
         self._indexes: OrderedDict[int, ShardIndex | None] = OrderedDict()
-        manifest, largest = source.manifest, max((entry.num_samples for entry in shards), default=0)
+        manifest, largest = source.manifest, int(shards.num_samples.max(initial=0))
         self.limit = open_limit(
             index_bytes(largest, len(manifest.fields), manifest.index_version) if fmt.needs_index else 0
         )

@@ -21,7 +21,8 @@ from typing import Any
 from loaders.cache import DEFAULT_PREFETCH, ShardCache, ShardRef
 from shardpipe.formats.compression import MAX_DICTIONARY_BYTES
 from shardpipe.formats.layout import ShardIndex, index_bytes
-from shardpipe.manifest import Manifest, ShardEntry, dataset_location, read_manifest
+from shardpipe.manifest import Manifest, dataset_location, read_manifest
+from shardpipe.shardtable import ShardEntry
 from shardpipe.storage import Store
 from shardpipe.storage.files import read_regular
 

@@ -191,7 +191,7 @@ class WindowReader:
         shard_of = np.repeat([run.shard_index for run in runs], lengths)[order]
         if (codecs := self.readers.codecs) is not None:
             indexes = np.concatenate([np.arange(run.start, run.stop) for run in runs])[order]
-            names = np.asarray(self.shard_paths, dtype=object)[shard_of]
+            names = [self.shard_paths[i] for i in shard_of.tolist()]
             fields = codecs.decode_columns(keys, fields, names, indexes)
         pads = np.repeat([bool(run.is_pad) for run in runs], lengths)[order].tolist()
         return Columns(self.fields, keys, fields, pads, shard_of.tolist())

@@ -25,13 +25,14 @@ from typing import Any
 from shardpipe.errors import UsageError
 from shardpipe.formats import format_info
 from shardpipe.formats.compression import SAMPLE_BYTES, SAMPLE_COUNT, parse_compress
-from shardpipe.manifest import Manifest, ShardEntry
+from shardpipe.manifest import Manifest
 from shardpipe.packing.compressing import Compression, plan_compression
 from shardpipe.packing.output import Job, Output
 from shardpipe.packing.plan import SampleTooLargeError
 from shardpipe.packing.samples import SampleError, check_sample
 from shardpipe.packing.shard_writing import ShardFile
 from shardpipe.packing.split import check_split_name
+from shardpipe.shardtable import ShardEntry, ShardTable
 from shardpipe.storage import as_location, open_writable_store
 
 DEFAULT_MAX_BYTES = 256_000_000
@@ -173,7 +174,7 @@ class DatasetWriter:
         self.manifest = Manifest(
             format=self.format,
             fields=self._fields or (),
-            splits={name: tuple(entries) for name, entries in self._entries.items()},
+            splits={name: ShardTable.of(entries) for name, entries in self._entries.items()},
             split_rule={"method": "given by the writer, per sample"},
             source={"kind": "python"},
             shard_limits={"max_samples": self.max_samples, "max_bytes": self.max_bytes},

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardpipe.formats.compression import FieldCodec
-from shardpipe.manifest import Manifest, ShardEntry
+from shardpipe.manifest import Manifest
 from shardpipe.packing import tally
 from shardpipe.packing.engine import run_tasks
 from shardpipe.packing.mapping.pieces import MappedPiece, map_piece, skipped_record
 from shardpipe.packing.options import PackOptions
 from shardpipe.packing.output import Job, Output, Prepared
 from shardpipe.progress import Progress
+from shardpipe.shardtable import ShardEntry, ShardTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,7 @@ def job_manifest(
 ) -> Manifest:
     """The manifest of a finished job: its shards by split in plan order, and every rule it followed."""
     splits = {
-        name: tuple(e for j, e in zip(jobs, entries, strict=True) if j.split == name)
+        name: ShardTable.of(e for j, e in zip(jobs, entries, strict=True) if j.split == name)
         for name in options.split_names
     }
     return Manifest(

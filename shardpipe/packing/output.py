@@ -26,8 +26,9 @@ from typing import Any
 
 from shardpipe.errors import UsageError
 from shardpipe.formats.compression import DICTIONARY_FOLDER
-from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest, write_manifest
+from shardpipe.manifest import MANIFEST_NAME, Manifest, read_manifest, write_manifest
 from shardpipe.packing.mapping.pieces import STAGING, MappedPiece
+from shardpipe.shardtable import TABLE_SUFFIX, ShardEntry
 from shardpipe.storage import ObjectNotFoundError, Store
 
 JOURNAL_NAME = ".shardpipe-journal.jsonl"
@@ -166,11 +167,11 @@ class Output:
         return self.store.local_path(key) is None or self.store.sha256(key)[0] == sha256
 
     def _remove_outputs(self) -> None:
-        """For ``overwrite``: what a pack writes (manifest, journal, ``<split>/shard-*``, the staging
-        folder, the compression dictionaries), nothing else."""
+        """For ``overwrite``: what a pack writes (manifest, journal, shard tables, ``<split>/shard-*``, the
+        staging folder, the compression dictionaries), nothing else."""
         for key in self.store.list_keys():
             parts = key.split("/")
-            ours = key in (MANIFEST_NAME, JOURNAL_NAME) or parts[0] == STAGING
+            ours = key in (MANIFEST_NAME, JOURNAL_NAME) or parts[0] == STAGING or key.endswith(TABLE_SUFFIX)
             ours = ours or (len(parts) == 2 and parts[0] == DICTIONARY_FOLDER and parts[1].endswith(".zdict"))
             if ours or (len(parts) == 2 and parts[1].startswith("shard-")):
                 self.store.remove(key)

@@ -21,7 +21,6 @@ from typing import Any
 
 from shardpipe.formats import format_info
 from shardpipe.formats.compression import SAMPLE_COUNT
-from shardpipe.manifest import ShardEntry
 from shardpipe.packing.compressing import Compression, plan_compression, table_samples
 from shardpipe.packing.driver import PackResult, job_manifest, map_all, write_all
 from shardpipe.packing.engine import local_pool
@@ -33,6 +32,7 @@ from shardpipe.packing.plan import fingerprint, plan_jobs
 from shardpipe.packing.shard_writing import write_shard
 from shardpipe.process_settings import pausing_gc
 from shardpipe.progress import phase
+from shardpipe.shardtable import ShardEntry
 from shardpipe.sources import scan_source
 from shardpipe.storage import as_location, open_writable_store, redact_url
 

@@ -19,9 +19,9 @@ from shardpipe.formats import get_format
 from shardpipe.formats.compression import FieldCompressor
 from shardpipe.formats.layout import KeysChecksum
 from shardpipe.formats.terms import Column
-from shardpipe.manifest import ShardEntry
 from shardpipe.packing import tally
 from shardpipe.packing.plan import ShardJob, cut_runs
+from shardpipe.shardtable import ShardEntry
 from shardpipe.sources import SampleTable
 from shardpipe.sources.urls import Stores, fetch_cells
 from shardpipe.storage import Store, redact_url

@@ -22,8 +22,9 @@ import numpy as np
 from shardpipe.errors import DataError, UsageError
 from shardpipe.formats import FORMAT_INFO, get_format
 from shardpipe.formats.layout import SampleLayout, ShardIndex, keys_checksum, shard_checksums
-from shardpipe.manifest import MANIFEST_NAME, Manifest, ShardEntry, write_manifest
+from shardpipe.manifest import MANIFEST_NAME, Manifest, write_manifest
 from shardpipe.progress import Progress
+from shardpipe.shardtable import ShardEntry, ShardTable
 from shardpipe.storage import Store, local_copy, open_writable_store
 from shardpipe.storage.files import sha256_file
 
@@ -85,7 +86,7 @@ def index(
     fields = tuple(
         sorted({name for *_, layouts, _, _, _ in scanned.values() for s in layouts for name in s.fields})
     )
-    entries: dict[str, tuple[ShardEntry, ...]] = {}
+    entries: dict[str, ShardTable] = {}
     for split, keys in splits.items():
         split_entries = []
         for key in keys:  # indexes are written once every shard is scanned: their columns are all fields
@@ -95,7 +96,7 @@ def index(
             digest = hashlib.sha256(index_data).hexdigest()
             entry = ShardEntry(key, num_samples, size, sha256, f"{key}.idx", digest, of_keys)
             split_entries.append(entry)
-        entries[split] = tuple(split_entries)
+        entries[split] = ShardTable.of(split_entries)
     manifest = Manifest(
         format=fmt.name,
         fields=fields,

@@ -7,10 +7,11 @@ that needs both imports this function under another name (the CLI's ``run_inspec
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from shardpipe.manifest import Manifest, load_manifest
 from shardpipe.units import format_size
@@ -21,14 +22,12 @@ def inspect(root: Path | str, storage_options: Mapping[str, Any] | None = None) 
     manifest = load_manifest(root, storage_options)
     splits = {}
     for name, shards in manifest.splits.items():
-        counts = [s.num_samples for s in shards] or [0]
-        sizes = [s.num_bytes for s in shards] or [0]
         splits[name] = {
             "shards": len(shards),
-            "samples": sum(counts),
-            "bytes": sum(sizes),
-            "shard_samples": {"min": min(counts), "median": statistics.median(counts), "max": max(counts)},
-            "shard_bytes": {"min": min(sizes), "median": statistics.median(sizes), "max": max(sizes)},
+            "samples": int(shards.num_samples.sum()),
+            "bytes": int(shards.num_bytes.sum()),
+            "shard_samples": _spread(shards.num_samples),
+            "shard_bytes": _spread(shards.num_bytes),
         }
     return {
         "format": manifest.format,
@@ -52,16 +51,25 @@ def inspect(root: Path | str, storage_options: Mapping[str, Any] | None = None) 
     }
 
 
+def _spread(values: np.ndarray) -> dict[str, int | float]:
+    """Min, median and max of a column (0 for a split without shards); a whole median as an int."""
+    values = values if values.size else np.zeros(1, dtype=np.int64)
+    median = float(np.median(values))
+    return {
+        "min": int(values.min()),
+        "median": int(median) if median.is_integer() else median,
+        "max": int(values.max()),
+    }
+
+
 def _sizes(manifest: Manifest, name: str) -> dict[str, int]:
     """A compressed field's bytes over the pack, as given and as stored (none where the shards do not
     record them: packs written before they did)."""
-    shards = [shard for split in manifest.splits.values() for shard in split]
-    if not shards or any(name not in shard.compressed for shard in shards):
+    found = [shards.compressed_bytes(name) for shards in manifest.splits.values() if len(shards)]
+    totals = [sizes for sizes in found if sizes is not None]
+    if not totals or len(totals) < len(found):
         return {}
-    return {
-        "given_bytes": sum(shard.compressed[name][0] for shard in shards),
-        "stored_bytes": sum(shard.compressed[name][1] for shard in shards),
-    }
+    return {"given_bytes": sum(t[0] for t in totals), "stored_bytes": sum(t[1] for t in totals)}
 
 
 def render(summary: dict[str, Any]) -> str:

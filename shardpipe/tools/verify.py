@@ -26,8 +26,9 @@ from shardpipe.errors import DataError
 from shardpipe.formats import Format, get_format
 from shardpipe.formats.compression import MAX_DICTIONARY_BYTES, FieldCodecs
 from shardpipe.formats.layout import CHECKSUM, SampleLayout, ShardIndex, keys_checksum, shard_checksums
-from shardpipe.manifest import Manifest, ShardEntry, dataset_location, read_manifest
+from shardpipe.manifest import Manifest, dataset_location, read_manifest
 from shardpipe.progress import Progress
+from shardpipe.shardtable import ShardEntry
 from shardpipe.storage import Store, local_copy, redact_url
 from shardpipe.storage.files import sha256_file
 

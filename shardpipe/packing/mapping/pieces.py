@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from shardpipe.manifest import ShardEntry
 from shardpipe.packing.mapping import MapError, check_unique_keys, fields_differ
 from shardpipe.packing.samples import KEY
 from shardpipe.packing.shard_writing import ShardFile, load_batches
 from shardpipe.packing.transform import OnError, Transform
+from shardpipe.shardtable import ShardEntry
 from shardpipe.sources import SampleTable
 from shardpipe.storage import Store
 

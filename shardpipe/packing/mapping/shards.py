@@ -19,11 +19,11 @@ from shardpipe.formats import bytecolumn, get_format
 from shardpipe.formats.base import Format, ShardReader
 from shardpipe.formats.compression import FieldCompressor
 from shardpipe.formats.layout import ShardIndex
-from shardpipe.manifest import ShardEntry
 from shardpipe.packing.mapping import check_unique_keys, fields_differ
 from shardpipe.packing.mapping.pieces import MappedPiece
 from shardpipe.packing.plan import cut_shards
 from shardpipe.packing.shard_writing import ShardFile
+from shardpipe.shardtable import ShardEntry
 from shardpipe.storage import Store, local_copy
 
 
