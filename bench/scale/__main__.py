@@ -15,7 +15,7 @@ from typing import Any
 
 import bench.scale
 from bench.common.report import Chart, DocsSection, Run, write_report
-from bench.scale import RULES, endtoend, plans, report
+from bench.scale import RULES, endtoend, manifests, plans, report
 
 SAMPLES = (10**6, 10**7, 10**8, 10**9, 10**10)
 WORLDS = (8, 1024)
@@ -24,6 +24,8 @@ OLD_LIMITS = {1: 10**8, 3: 10**7, 10: 10**6, 100: 0}
 """The largest epoch layout 2 plans here: beyond, a worker needs minutes and gigabytes, and a mixture of
 many sources takes the quota order's Python loop (tens of seconds at 10^6 samples)."""
 END_TO_END = (10**6, 10**7, 10**8)
+MANIFESTS = ((10**4, False), (10**4, True), (10**5, False), (10**5, True), (10**6, False))
+"""(shards, listed in JSON): the JSON form stops at 10^5, where it already takes seconds."""
 CAPTION = "time to a worker's first window and its peak plan memory against the epoch's samples"
 
 
@@ -48,6 +50,8 @@ def cases(quick: bool) -> list[plans.Case]:
         out.append(plans.Case("layout-3", n, k, world))
         if n <= OLD_LIMITS[k]:
             out.append(plans.Case("layout-2", n, k, world))
+        if k == 1:  # Grain plans single datasets; its mixtures are a different pipeline
+            out.append(plans.Case("grain", n, k, world))
     return out
 
 
@@ -70,6 +74,14 @@ def main(argv: list[str] | None = None) -> int:
             f"  {case.label:50} {entry['first_window_s'] * 1e3:10.1f} ms {entry['peak_mb']:9.1f} MB",
             flush=True,
         )
+    loads = []
+    for shards, listed in MANIFESTS[:3] if args.quick else MANIFESTS:
+        folder = manifests.prepare(
+            args.cache / f"scale-manifest-{shards}-{int(listed)}", shards, listed=listed
+        )
+        loads.append(in_fresh_process(manifests.measure, str(folder), shards, listed))
+        print(f"  manifest of {shards:.0e} shards, {loads[-1]['form']}: load {loads[-1]['load_s']:.3f} s, "
+              f"peak RSS +{loads[-1]['peak_rss_growth_mb']:.0f} MB", flush=True)  # fmt: skip
     end_to_end = []
     if not args.no_end_to_end:
         packs = [str(p) for p in endtoend.prepare(args.cache)]
@@ -78,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             end_to_end.append(entry)
             print(f"  mixture end to end N={samples:.0e}: first batch {entry['first_batch_s']:.2f} s, "
                   f"worker peak RSS {entry['worker_peak_rss_mb']:.0f} MB", flush=True)  # fmt: skip
-    found = report.targets(results, end_to_end)
+    found = report.targets(results, end_to_end, loads)
     record_run = Run.of("bench.scale", argv, args)
     meta = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -91,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         "batch_size": plans.BATCH,
         "rules": RULES,
     }
-    record = {**meta, "targets": found, "results": results, "end_to_end": end_to_end}
+    record = {**meta, "targets": found, "results": results, "end_to_end": end_to_end, "manifests": loads}
     chart = Chart("scale.png", lambda path: report.chart(path, results), CAPTION)
-    lines = report.result_lines(results, end_to_end, found)
+    lines = report.result_lines(results, end_to_end, loads, found)
     docs = None
     if args.docs is not None:
         settings = {

@@ -21,7 +21,7 @@ EPOCH = 1
 class Case:
     """One plan: ``samples`` per epoch over ``sources`` (1: a single dataset), ``world`` ranks."""
 
-    contender: str  # "layout-3", "layout-2"
+    contender: str  # "layout-3", "layout-2", "grain"
     samples: int
     sources: int
     world: int
@@ -116,4 +116,25 @@ def _shardpipe(case: Case, tables: list[np.ndarray]) -> Any:
     return mixture
 
 
-PREPARE = {"layout-3": _shardpipe, "layout-2": _shardpipe}
+def _grain(case: Case, tables: list[np.ndarray]) -> Any:
+    """Grain's ``IndexSampler`` (a stateless index shuffle over records, ranks as its shards): the global
+    indices its DataLoader gives the last worker of the last rank, as many as our first window holds (a
+    shuffle buffer's worth)."""
+    import grain.python as grain
+
+    from loaders.planning.planner import DEFAULT_SHUFFLE_BUFFER
+
+    rank, worker = case.world - 1, last_worker(case.samples, case.world)
+    options = grain.ShardOptions(shard_index=rank, shard_count=case.world, drop_remainder=False)
+    first, stride = rank + worker * case.world, case.world * WORKERS  # grain's DataLoader's order
+    count = min(DEFAULT_SHUFFLE_BUFFER, -(-max(case.samples - first, 0) // stride))
+
+    def single() -> int:
+        sampler = grain.IndexSampler(case.samples, options, shuffle=True, num_epochs=1, seed=SEED)
+        keys = [sampler[first + i * stride].record_key for i in range(count)]
+        return len(keys)
+
+    return single
+
+
+PREPARE = {"layout-3": _shardpipe, "layout-2": _shardpipe, "grain": _grain}
