@@ -8,7 +8,9 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
+import torch
 import xxhash
 
 from loaders import ShardedDataset, make_loader
@@ -81,6 +83,22 @@ def test_a_landed_column_is_one_buffer_no_batch_copies(packed: dict[str, Path], 
     column = next(iter(loader))["bin"]
     assert isinstance(column.buffer, memoryview) and column.buffer.readonly  # a view, not a copy
     assert [len(v) for v in column] == np.diff(column.offsets).tolist()
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_batches_held_across_epochs_never_change(packed: dict[str, Path], workers: int) -> None:
+    """Landed columns (in the reader, or in the main process's copies of the workers' batches) live in
+    pooled buffers: every batch kept for three epochs still holds its own samples at the end."""
+    dataset = ShardedDataset(packed["tar"], shuffle_buffer=8)
+    loader = make_loader(dataset, batch_size=4, num_workers=workers)
+    held = []
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        held += list(loader)
+    for batch in held:
+        sizes = [LANDED_MIN_BYTES + 997 * int(key[-3:]) for key in batch["__key__"]]
+        expected = [payload(key, "bin", size) for key, size in zip(batch["__key__"], sizes, strict=True)]
+        assert [bytes(value) for value in batch["bin"]] == expected
 
 
 def _copy(path: Path, to: Path) -> Path:
@@ -226,9 +244,37 @@ def test_a_pooled_buffer_is_reused_only_once_nothing_holds_it() -> None:
     del held, bigger, kept  # ``again`` still holds the first pooled buffer
     large = pool.take(10_000)  # the pool is full and no idle buffer is large enough: one is replaced
     assert len(large) == 10_000 and len(pool._buffers) == landing.POOLED_BUFFERS
-    assert again.base is pool._buffers[0]
+    assert _address(again) == _address(pool._buffers[0])
     huge = pool.take(landing.POOLED_BYTES + 1)  # past the pool's bytes: handed out, never kept
-    assert len(huge) == landing.POOLED_BYTES + 1 and all(b is not huge.base for b in pool._buffers)
+    assert len(huge) == landing.POOLED_BYTES + 1 and _address(huge) not in map(_address, pool._buffers)
     small = landing.BufferPool(max_buffers=2, max_bytes=1100)  # bounds of its own (400 bytes take 512)
     held_small = [small.take(400) for _ in range(3)]
-    assert [h.base for h in held_small] == [*small._buffers, None]  # the third is not kept
+    pooled = list(map(_address, small._buffers))
+    assert [_address(h) in pooled for h in held_small] == [True, True, False]  # the third is not kept
+
+
+def test_a_lease_lasts_as_long_as_anything_cut_from_it() -> None:
+    """Views of views, tensors and Arrow buffers all keep the buffer out of the pool; it comes back only
+    once the last of them is gone, and a kept one never changes while the pool serves other takes."""
+    pool = landing.BufferPool()
+    lease = pool.take(1000)
+    lease[:] = 7
+    held = [lease[10:20][2:5], torch.from_numpy(lease[100:200]), pa.py_buffer(lease[300:400])]
+    address = _address(lease)
+    del lease
+    for _ in range(3):
+        other = pool.take(900)  # never the held buffer
+        assert _address(other) != address
+        other[:] = 1
+        del other
+    assert bytes(held[0]) == b"\x07" * 3 and bytes(held[1].numpy()) == b"\x07" * 100
+    assert held[2].to_pybytes() == b"\x07" * 100
+    del held[:2]
+    assert _address(pool.take(900)) != address  # the Arrow buffer still holds it
+    held.clear()
+    first, second = pool.take(900), pool.take(900)  # the two idle buffers of this size, both served
+    assert address in (_address(first), _address(second))
+
+
+def _address(array: np.ndarray) -> int:
+    return int(array.__array_interface__["data"][0])

@@ -14,7 +14,7 @@ alike. The checksum is compared before anything is returned, so a damaged sample
 
 from __future__ import annotations
 
-import sys
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -66,17 +66,21 @@ class Located:
 
 
 class BufferPool:
-    """Landing buffers reused once nothing refers to them any more (the batches cut from them are gone).
+    """Landing buffers, each leased to what is cut from it and returned when the last of that is gone.
 
     A fresh buffer of a few MiB comes from the kernel as zeroed pages, which costs a page fault and a
-    write per 4 KiB before the copy writes it again; a buffer that was used before does not. A buffer is
-    free when the pool holds the only reference to it: every column cut from it holds a view of it.
-    One pool per thread: it is not thread-safe.
+    write per 4 KiB before the copy writes it again; a buffer that was used before does not. A pooled
+    buffer is handed out as a new array over its memory, the lease: every column, tensor, Arrow buffer
+    or view cut from it refers to that array (NumPy views keep the array they were cut from as their
+    base), so a finaliser on it returns the buffer exactly when nothing can read it any more. A batch a
+    user keeps therefore keeps its buffer out of the pool, on any interpreter; nothing here counts
+    references. One pool per thread (a lease may end in any thread).
     """
 
     def __init__(self, max_buffers: int = POOLED_BUFFERS, max_bytes: int = POOLED_BYTES) -> None:
         """The pool keeps at most ``max_buffers`` buffers of ``max_bytes`` in all."""
         self._buffers: list[np.ndarray] = []
+        self._leased: set[int] = set()  # ids of the pooled buffers whose leases live
         self._max_buffers, self._max_bytes = max_buffers, max_bytes
 
     def take(self, size: int) -> np.ndarray:
@@ -86,13 +90,13 @@ class BufferPool:
         recently taken first, to make room within the pool's bounds; a buffer that would not fit is handed
         out unpooled (freed with its last column)."""
         buffers, most, most_bytes = self._buffers, self._max_buffers, self._max_bytes
-        idle = [i for i in range(len(buffers)) if sys.getrefcount(buffers[i]) == _POOL_ONLY]
+        idle = [i for i in range(len(buffers)) if id(buffers[i]) not in self._leased]
         fitting = [i for i in idle if len(buffers[i]) >= size]
         if fitting:
             smallest = min(len(buffers[i]) for i in fitting)
             taken = max(i for i in fitting if len(buffers[i]) == smallest)
             buffers.append(buffers.pop(taken))  # kept in the order they were taken
-            return buffers[-1][:size]
+            return self._lease(buffers[-1], size)
         made = _rounded(size) if _rounded(size) <= most_bytes else size
         for removed, i in enumerate(idle):
             if len(buffers) < most and sum(map(len, buffers)) + made <= most_bytes:
@@ -101,17 +105,23 @@ class BufferPool:
         if len(buffers) >= most or sum(map(len, buffers)) + made > most_bytes:
             return np.empty(size, np.uint8)
         buffers.append(np.empty(made, np.uint8))
-        return buffers[-1][:size]
+        return self._lease(buffers[-1], size)
+
+    def _lease(self, buffer: np.ndarray, size: int) -> np.ndarray:
+        """The first ``size`` bytes of a pooled ``buffer`` as a new array, the buffer leased until that
+        array and everything cut from it are gone (a leased buffer stays in the pool, so its id is not
+        reused meanwhile)."""
+        key = id(buffer)
+        self._leased.add(key)
+        lease = np.frombuffer(buffer.data[:size], np.uint8)
+        weakref.finalize(lease, self._leased.discard, key).atexit = False
+        return lease
 
 
 def _rounded(size: int) -> int:
     """``size`` rounded up to a power of two: the buffer's tail is never touched unless a larger request
     takes it, so the rounding costs address space, not memory."""
     return 1 << max(size - 1, 0).bit_length()
-
-
-_POOL_ONLY = 2
-"""``sys.getrefcount`` of a pooled buffer nobody else holds: the pool's list and the call's argument."""
 
 
 @dataclass(frozen=True, slots=True)
