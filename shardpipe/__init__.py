@@ -56,7 +56,7 @@ _PUBLIC = {
     "ShardpipeError": "shardpipe.errors",
     "UsageError": "shardpipe.errors",
     "Manifest": "shardpipe.manifest",
-    "ShardEntry": "shardpipe.manifest",
+    "ShardEntry": "shardpipe.shardtable",
     "load_manifest": "shardpipe.manifest",
     "PackOptions": "shardpipe.packing",
     "PackResult": "shardpipe.packing",
