@@ -6,7 +6,12 @@ its own format's libraries, not everyone's.
 
 Inside, imports point one way: the leaves (:mod:`.terms`, the shared words; :mod:`.readbuffer`), then
 the columns (:mod:`.bytecolumn`), the index (:mod:`.layout`) and the slicing by it (:mod:`.cutting`), then
-the interface (:mod:`.base`) and the readers and writers built on it.
+the interface (:mod:`.base`) and the readers and writers built on it, with their parts: :mod:`.landing`
+(samples read straight into their batches' columns, every byte checked), :mod:`.mapped` (large samples landed
+from a memory map of their shard), :mod:`.spanreader` (spans of samples read by byte offset, for tar and
+TFRecord), :mod:`.tarparse` (tar bytes parsed into samples), :mod:`.tf_example` (the ``tf.train.Example``
+protobuf, by hand), :mod:`.framing` (the record layout of LMDB values) and :mod:`.compression` (per-sample
+compression of a field's values).
 
 Part of the shared core (``shardpipe.manifest``, ``.errors``, ``.formats``, ``.storage``, ``.units``),
 which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it imports neither

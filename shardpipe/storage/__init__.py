@@ -8,6 +8,11 @@
 - Errors are :class:`StorageError` (a ``DataError``) naming the URL with credentials, query string and
   fragment stripped (:mod:`.redact`); no secret reaches a message or a log line.
 
+Inside: :mod:`.base` (the protocol), :mod:`.local` (a local folder, plain ``os`` calls) on :mod:`.files`
+(crash-safe placement and content hashes), :mod:`.remote` (object stores through fsspec: retries, error
+mapping, verified uploads) with :mod:`.ranges` (neighbouring byte ranges read as one request), and
+:mod:`.redact` (no secret in a message or a log line).
+
 Part of the shared core (``shardpipe.manifest``, ``.errors``, ``.formats``, ``.storage``, ``.units``),
 which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it imports neither
 of them, nor the sources, tools or CLI (the import-linter contracts in pyproject.toml, run by ``make lint``).
