@@ -26,6 +26,9 @@ import pyarrow.compute as pc
 LISTED_SHARDS = 2048
 """The most shards a split lists inside ``manifest.json``; a larger split's table is its own file."""
 TABLE_SUFFIX = ".shards.arrow"
+KEPT_ROWS = 4096
+"""Shard entries a table keeps built (all dropped when full): a reader asks for the same few shards again
+and again, and building one from its columns costs far more than a dict lookup."""
 SCHEMA = pa.schema(
     [
         pa.field("path", pa.string(), nullable=False),
@@ -110,9 +113,10 @@ class ShardEntry:
 class ShardTable(Sequence[ShardEntry]):
     """The shards of a split, in order: a sequence of :class:`ShardEntry` over Arrow columns, with the
     counts as arrays (:attr:`num_samples`, :attr:`num_bytes`) and the paths as a sequence of strings
-    (:attr:`paths`), none of which builds an object per shard."""
+    (:attr:`paths`), none of which builds an object per shard; an entry is built when asked for, and kept
+    while few are."""
 
-    __slots__ = ("_encoded", "_table", "num_bytes", "num_samples", "paths")
+    __slots__ = ("_encoded", "_rows", "_table", "num_bytes", "num_samples", "paths")
 
     def __init__(self, table: pa.Table) -> None:
         if not table.schema.equals(SCHEMA):
@@ -123,8 +127,9 @@ class ShardTable(Sequence[ShardEntry]):
                 raise ValueError(f"the shard table has shards without {name}")
         self.num_samples: np.ndarray = _counts(self._table, "samples")
         self.num_bytes: np.ndarray = _counts(self._table, "bytes")
-        self.paths: Sequence[str] = _StringColumn(self._table.column("path"))
+        self.paths: Sequence[str] = _Paths(self)
         self._encoded: bytes | None = None
+        self._rows: dict[int, ShardEntry] = {}
 
     @classmethod
     def of(cls, entries: Iterable[ShardEntry]) -> ShardTable:
@@ -205,9 +210,15 @@ class ShardTable(Sequence[ShardEntry]):
             if step != 1:
                 raise ValueError("a shard table slices with step 1 only")
             return ShardTable(self._table.slice(start, stop - start))
-        if not -len(self) <= index < len(self):
-            raise IndexError(f"shard {index} of {len(self)}")
-        return _entry(self._table.slice(index % len(self), 1).to_pylist()[0])
+        if (entry := self._rows.get(index)) is not None:  # the usual call: a shard read a moment ago
+            return entry
+        size = len(self)
+        if not -size <= index < size:
+            raise IndexError(f"shard {index} of {size}")
+        if len(self._rows) >= KEPT_ROWS:
+            self._rows.clear()
+        entry = self._rows[index] = _entry(self._table.slice(index % size, 1).to_pylist()[0])
+        return entry
 
     def __iter__(self) -> Iterator[ShardEntry]:
         for batch in self._table.to_batches(max_chunksize=4096):
@@ -227,21 +238,21 @@ class ShardTable(Sequence[ShardEntry]):
         return ShardTable, (self._table,)
 
 
-class _StringColumn(Sequence[str]):
-    """One string column, read per item."""
+class _Paths(Sequence[str]):
+    """The shards' paths, each read through its table's kept entries."""
 
-    __slots__ = ("_column",)
+    __slots__ = ("_shards",)
 
-    def __init__(self, column: pa.ChunkedArray) -> None:
-        self._column = column
+    def __init__(self, shards: ShardTable) -> None:
+        self._shards = shards
 
     def __len__(self) -> int:
-        return len(self._column)
+        return len(self._shards)
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
-            return self._column[index].to_pylist()
-        return self._column[index].as_py()
+            return [self._shards[i].path for i in range(*index.indices(len(self)))]
+        return self._shards[index].path
 
 
 def _entry(row: dict[str, Any]) -> ShardEntry:
