@@ -25,19 +25,10 @@ from torch.utils.data import DataLoader
 from loaders.dataset import ShardedDataset
 from loaders.planning.position import PassProgress
 from loaders.reading.decode import ColumnDecoder, DecodeContext, DecodeError
-from loaders.transfer.chunks import PREFETCH, batches_per_chunk, interleave, prefetch_for
+from loaders.transfer.chunks import interleave
 from loaders.transfer.collate import collate_samples
-from loaders.transfer.transport import (
-    EXTRA_SLOTS,
-    SHM_SHARE,
-    TRANSPORTS,
-    Ring,
-    RingSender,
-    Transport,
-    shm_free_bytes,
-    slot_bytes_for,
-    uses_ring,
-)
+from loaders.transfer.sizing import TransferSizes, transfer_sizes
+from loaders.transfer.transport import Ring, RingSender, Transport, shm_free_bytes
 
 log = logging.getLogger("loaders")
 RESULT_PIPE_BYTES = 1 << 20
@@ -61,25 +52,25 @@ class ShardedLoader(DataLoader[Any]):
         transport: Transport = "auto",
         **kwargs: Any,
     ) -> None:
-        if transport not in TRANSPORTS:
-            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
-        workers, per_message = kwargs.get("num_workers", 0), 1
+        workers = kwargs.get("num_workers", 0)
         # Workers' shares are whole batches (an exact len); this loader keeps the epochs.
         dataset = dataset.configured(batch_size=batch_size, managed=True)
-        self._chosen_prefetch = workers > 0 and kwargs.get("prefetch_factor") is None
+        self.sizes: TransferSizes = transfer_sizes(
+            workers=workers,
+            batch_size=batch_size,
+            batch_bytes=expected_batch_bytes(dataset, batch_size),
+            window=dataset.plan_config(workers).shuffle_buffer,
+            batched=dataset.batched,
+            whole_windows=dataset.hands_over_whole_windows,
+            prefetch_factor=kwargs.get("prefetch_factor"),
+            transport=transport,
+            shm_free=shm_free_bytes() if workers else 0,
+        )
         if workers > 0:
-            batch_bytes = expected_batch_bytes(dataset, batch_size)
-            window = dataset.plan_config(workers).shuffle_buffer
-            if dataset.batched:  # several small batches a message (loaders.transfer.chunks)
-                per_message = batches_per_chunk(batch_size, batch_bytes, window)
-            if self._chosen_prefetch:  # ready: what a worker hands over at once, a window or a message
-                at_once = per_message
-                if dataset.hands_over_whole_windows:
-                    at_once = max(at_once, -(-window // batch_size))
-                kwargs["prefetch_factor"] = prefetch_for(at_once, per_message, batch_bytes * per_message)
+            kwargs["prefetch_factor"] = self.sizes.prefetch_factor
         if dataset.batched:  # the workers build whole batches: the DataLoader only forwards them
             kwargs["collate_fn"] = _forward
-            dataset = dataset.configured(chunk_batches=per_message)
+            dataset = dataset.configured(chunk_batches=self.sizes.per_message)
             super().__init__(dataset, batch_size=None, **kwargs)
         else:
             super().__init__(dataset, batch_size=batch_size, **kwargs)
@@ -113,22 +104,11 @@ class ShardedLoader(DataLoader[Any]):
         return expected_batch_bytes(self.sharded, self.samples_per_batch)
 
     def _make_ring(self) -> Ring | None:
-        """A ring for the workers about to start, when the batch path runs in workers and takes one."""
-        if not self.sharded.batched or self.num_workers == 0 or self.transport == "pipe":
+        """A ring for the workers about to start, as the loader's sizes planned it (``None``: the pipe)."""
+        if self.sizes.ring is None:
             return None
-        per_chunk = self.sharded.options.chunk_batches
-        expected = self.expected_batch_bytes() * per_chunk  # one message: a chunk of batches
-        slot_bytes = slot_bytes_for(expected, self.samples_per_batch * per_chunk)
-        shm_free = shm_free_bytes()
-        if self._chosen_prefetch and self.prefetch_factor:
-            # A prefetch deeper than PREFETCH only as far as its ring fits: the ring gains more than depth.
-            fitting = int(shm_free * SHM_SHARE) // (self.num_workers * slot_bytes) - EXTRA_SLOTS
-            self.prefetch_factor = max(PREFETCH, min(self.prefetch_factor, fitting))
-        num_slots = (self.prefetch_factor or 2) + EXTRA_SLOTS
-        ring_bytes = self.num_workers * num_slots * slot_bytes
-        if not uses_ring(self.transport, expected, ring_bytes, shm_free):
-            return None
-        return Ring.create(self.num_workers, num_slots, slot_bytes)
+        slots, slot_bytes = self.sizes.ring
+        return Ring.create(self.num_workers, slots, slot_bytes)
 
     def set_epoch(self, epoch: int) -> None:
         self.sharded.set_epoch(epoch)
@@ -265,7 +245,7 @@ def make_loader(
     **kwargs: Any,
 ) -> ShardedLoader:
     """A ShardedLoader with sensible defaults: pinned memory when CUDA is there, persistent workers, and
-    (``prefetch_factor=None``) what a worker hands over at once kept ready (``chunks.prefetch_for``).
+    (``prefetch_factor=None``) what a worker hands over at once kept ready (``sizing.prefetch_for``).
 
     It reads a dataset configured with its worker split aligned to ``batch_size``, sharing the given
     dataset's position, so ``dataset.set_epoch`` still works. When fields stay raw bytes (no decoder,

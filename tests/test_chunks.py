@@ -7,17 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loaders.reading.columns import Columns, batches
-from loaders.transfer.chunks import (
-    CHUNK_SAMPLES,
-    MAX_CHUNK_BYTES,
-    PREFETCH,
-    PREFETCH_MAX_BYTES,
-    Chunk,
-    batches_per_chunk,
-    chunks,
-    interleave,
-    prefetch_for,
-)
+from loaders.transfer.chunks import Chunk, chunks, interleave
 from loaders.transfer.collate import Batch, RaggedBytes
 
 
@@ -84,36 +74,3 @@ def test_cut_batches_view_their_chunk_without_copying() -> None:
     assert [len(b["__key__"]) for b in cut_apart] == [5, 5, 2]
     assert all(b["bin"].buffer.obj is chunk["bin"].buffer for b in cut_apart)
     assert [v for b in cut_apart for v in b["bin"]] == list(chunk["bin"])
-
-
-def test_prefetch_holds_a_window_and_a_message_more_within_a_byte_cap() -> None:
-    assert prefetch_for(16, 16, 1e6) == PREFETCH  # a window is one message: the floor
-    assert prefetch_for(16, 2, 3e6) == 16 // 2 + 1  # a window of 8 messages, and one more
-    assert prefetch_for(16, 3, 3e6) == 6 + 1  # the last message of a window is partly filled
-    assert prefetch_for(16, 1, PREFETCH_MAX_BYTES / 7) == 7  # the byte cap decides
-    assert prefetch_for(16, 1, PREFETCH_MAX_BYTES) == PREFETCH  # never below the floor
-    assert prefetch_for(100, 1, 0.0) == 101  # nothing predicted: no byte cap
-
-
-def test_batches_per_chunk_aims_at_a_sample_count_within_a_byte_cap() -> None:
-    assert batches_per_chunk(64, 64 * 1024) == CHUNK_SAMPLES // 64
-    assert batches_per_chunk(64, MAX_CHUNK_BYTES / 16) == 16  # the byte cap decides
-    assert batches_per_chunk(64, MAX_CHUNK_BYTES / 10) == 9  # whole batches within the cap
-    assert batches_per_chunk(64, MAX_CHUNK_BYTES / 3.5) == 3  # large batches share a message too
-    assert batches_per_chunk(64, MAX_CHUNK_BYTES * 3) == 1  # one batch is already more
-    assert batches_per_chunk(CHUNK_SAMPLES * 2, 100.0) == 1  # batches above the sample count
-    assert batches_per_chunk(4, 0.0) == CHUNK_SAMPLES // 4
-
-
-def test_batches_per_chunk_divides_a_window_of_whole_batches() -> None:
-    """A message that spans two windows is copied together in the worker: where a window holds a whole
-    number of batches, a message holds a number that divides it."""
-    window = CHUNK_SAMPLES  # 16 batches of 64
-    assert batches_per_chunk(64, MAX_CHUNK_BYTES / 10, window) == 8  # 9 fit; 8 divides 16
-    assert batches_per_chunk(64, MAX_CHUNK_BYTES / 5.5, window) == 4  # 5 fit
-    assert batches_per_chunk(64, MAX_CHUNK_BYTES / 3.5, window) == 2  # 3 fit
-    assert batches_per_chunk(64, 64 * 1024, window) == 16  # the sample count already divides it
-    assert batches_per_chunk(64, 64 * 1024, 512) == 8  # a window smaller than a message's sample count
-    assert batches_per_chunk(64, 1024.0, 64) == 1  # a window per batch (a per-batch mixture)
-    assert batches_per_chunk(64, MAX_CHUNK_BYTES / 10, 1000) == 9  # batches straddle windows anyway
-    assert batches_per_chunk(64, MAX_CHUNK_BYTES * 3, window) == 1

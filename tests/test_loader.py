@@ -14,7 +14,7 @@ from loaders import ShardedDataset, ShardedLoader, make_loader
 from loaders.batches import RaggedBytes, collate_samples
 from loaders.decoding import column_decoder
 from loaders.loader import RESULT_PIPE_BYTES, enlarge_result_pipe, expected_batch_bytes
-from loaders.transfer.chunks import PREFETCH, batches_per_chunk
+from loaders.transfer.sizing import PREFETCH, batches_per_chunk
 from tests.datagen import pack_dataset
 from tests.test_dataset import damage
 
@@ -125,8 +125,8 @@ def test_default_prefetch_holds_a_window_of_each_workers_messages(
     packed: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker hands a window over message by message: by default it keeps all of them ready, and one
-    more, so it can read its next window at once (``loaders.transfer.chunks.prefetch_for``)."""
-    monkeypatch.setattr("loaders.loader.batches_per_chunk", lambda *_: 2)
+    more, so it can read its next window at once (``loaders.transfer.sizing.prefetch_for``)."""
+    monkeypatch.setattr("loaders.transfer.sizing.batches_per_chunk", lambda *_: 2)
     dataset = ShardedDataset(packed["tar"], shuffle_buffer=60)
     assert make_loader(dataset, 5, 2).prefetch_factor == 60 // (5 * 2) + 1
     assert make_loader(dataset, 5, 2, prefetch_factor=3).prefetch_factor == 3  # the user's choice
@@ -164,7 +164,7 @@ def as_lists(batch: dict[str, Any]) -> dict[str, Any]:
 def per_chunk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int | None:
     """Batches per worker message (``loaders.transfer.chunks``): the default rule, or forced."""
     if request.param is not None:
-        monkeypatch.setattr("loaders.loader.batches_per_chunk", lambda *_: request.param)
+        monkeypatch.setattr("loaders.transfer.sizing.batches_per_chunk", lambda *_: request.param)
     return request.param  # type: ignore[no-any-return]
 
 

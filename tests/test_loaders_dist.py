@@ -25,11 +25,11 @@ NUM_SAMPLES = 47  # shards of 7,7,7,7,7,7,5 for max_samples=7; 2 shards (40, 7) 
 
 
 def read_epochs(rank: int, world_size: int, paths: dict[str, str], per_chunk: int | None) -> dict[str, Any]:
-    import loaders.loader
+    import loaders.transfer.sizing
     from loaders.distributed.sync import validate_dataloader_sync
 
-    if per_chunk is not None:  # batches per worker message, forced (loaders.transfer.chunks)
-        loaders.loader.batches_per_chunk = lambda *_: per_chunk  # type: ignore[assignment]
+    if per_chunk is not None:  # batches per worker message, forced (loaders.transfer.sizing)
+        loaders.transfer.sizing.batches_per_chunk = lambda *_: per_chunk  # type: ignore[assignment]
 
     out: dict[str, Any] = {}
     for name, path in paths.items():

@@ -18,18 +18,10 @@ import torch
 from loaders import ShardedDataset, ShardedLoader, make_loader
 from loaders.batches import Batch, RaggedBytes, collate_samples
 from loaders.planning.planner import worker_sample_counts
+from loaders.transfer import sizing as sz
 from loaders.transfer import transport as tp
-from loaders.transfer.chunks import PREFETCH
-from loaders.transfer.transport import (
-    Ring,
-    RingBatch,
-    RingSender,
-    RingStalledError,
-    Transport,
-    slot_bytes_for,
-    uses_ring,
-)
-from shardpipe.errors import UsageError
+from loaders.transfer.sizing import PREFETCH, slot_bytes_for
+from loaders.transfer.transport import Ring, RingBatch, RingSender, RingStalledError, Transport
 from shardpipe.formats import landing
 from tests.datagen import pack_dataset
 
@@ -202,20 +194,6 @@ def test_the_wait_raises_at_once_when_the_main_process_is_gone() -> None:
     assert ring.wait_for_slot(0, 0.01, clock=clock, sleep=clock.sleep, parent_pid=os.getpid) is None
 
 
-def test_slot_sizing_and_the_auto_choice() -> None:
-    assert slot_bytes_for(0, 64) == tp.MIN_SLOT_BYTES
-    assert slot_bytes_for(64 * 65536, 64) == int(64 * 65536 * tp.HEADROOM) + 64 * 65
-    assert slot_bytes_for(1e12, 64) == tp.MAX_SLOT_BYTES
-    big, small = tp.AUTO_MIN_BATCH_BYTES, tp.AUTO_MIN_BATCH_BYTES - 1
-    assert uses_ring("auto", big, 1 << 20, 1 << 30) and not uses_ring("auto", small, 1 << 20, 1 << 30)
-    assert not uses_ring("auto", big, 1 << 30, 1 << 30)  # /dev/shm too small: the pipe
-    assert uses_ring("ring", 0, 1 << 20, 1 << 30) and not uses_ring("pipe", big, 1 << 20, 1 << 30)
-    with pytest.raises(UsageError, match="transport='ring' needs 1,073,741,824 bytes"):
-        uses_ring("ring", big, 1 << 30, 1 << 30)
-    with pytest.raises(ValueError, match="transport must be one of auto, pipe, ring, got 'shm'"):
-        uses_ring("shm", big, 1, 1)
-
-
 def loader(
     path: Path, transport: Transport, workers: int, persistent: bool, context: str | None, **kw: Any
 ) -> ShardedLoader:
@@ -235,7 +213,7 @@ def messages(loader: ShardedLoader) -> int:
 
 @pytest.fixture
 def one_batch_per_message(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("loaders.loader.batches_per_chunk", lambda *_: 1)
+    monkeypatch.setattr("loaders.transfer.sizing.batches_per_chunk", lambda *_: 1)
 
 
 @pytest.mark.timeout(240)
@@ -287,7 +265,7 @@ def test_a_batch_larger_than_a_slot_falls_back_and_still_equals(
     batches = list(loader(packed, "pipe", 2, False, "fork"))
     sizes = sorted(sum(-(-len(p) // 8) * 8 for p in tp.split_batch(b)[0]) for b in batches)
     slot = sizes[-1] - 8  # the largest batches go inline, the others through the ring
-    monkeypatch.setattr("loaders.loader.slot_bytes_for", lambda expected, batch_size: slot)
+    monkeypatch.setattr("loaders.transfer.sizing.slot_bytes_for", lambda expected, batch_size: slot)
     ring = loader(packed, "ring", 2, True, "fork")
     assert [as_lists(b) for b in ring] == [as_lists(b) for b in batches]
     (live,) = tp._RINGS.values()
@@ -326,7 +304,7 @@ def test_auto_takes_the_ring_for_large_batches(tmp_path: Path) -> None:
     """Samples of ~20 KiB in batches of 4: the manifest predicts more than ``AUTO_MIN_BATCH_BYTES``."""
     path = pack_dataset(tmp_path, "lmdb", 24, max_samples=8, size=20_000)
     auto, pipe = loader(path, "auto", 2, True, "fork"), loader(path, "pipe", 2, True, "fork")
-    assert auto.expected_batch_bytes() >= tp.AUTO_MIN_BATCH_BYTES
+    assert auto.expected_batch_bytes() >= sz.AUTO_MIN_BATCH_BYTES
     assert [as_lists(b) for b in auto] == [as_lists(b) for b in pipe]
     (live,) = tp._RINGS.values()
     assert int(live.counts[:, 1].sum()) == messages(auto)  # every chunk came through the ring
@@ -343,14 +321,15 @@ def test_the_default_prefetch_gives_way_where_its_ring_would_not_fit(
         return make_loader(ShardedDataset(path, shuffle_buffer=8192), 64, 2, **kwargs)
 
     deep = loader()
-    assert deep.prefetch_factor > PREFETCH and deep.expected_batch_bytes() >= tp.AUTO_MIN_BATCH_BYTES
+    assert deep.prefetch_factor > PREFETCH and deep.expected_batch_bytes() >= sz.AUTO_MIN_BATCH_BYTES
     per_chunk = deep.sharded.options.chunk_batches
     slot = slot_bytes_for(deep.expected_batch_bytes() * per_chunk, 64 * per_chunk)
-    shallow_ring = 2 * (PREFETCH + tp.EXTRA_SLOTS) * slot
-    monkeypatch.setattr("loaders.loader.shm_free_bytes", lambda: int(shallow_ring / tp.SHM_SHARE))
-    ring = deep._make_ring()
-    assert ring is not None and ring.memory.shape[:2] == (2, PREFETCH + tp.EXTRA_SLOTS)
-    assert deep.prefetch_factor == PREFETCH
+    shallow_ring = 2 * (PREFETCH + sz.EXTRA_SLOTS) * slot
+    monkeypatch.setattr("loaders.loader.shm_free_bytes", lambda: int(shallow_ring / sz.SHM_SHARE))
+    short = loader()  # sized where /dev/shm holds only the shallow ring
+    ring = short._make_ring()
+    assert ring is not None and ring.memory.shape[:2] == (2, PREFETCH + sz.EXTRA_SLOTS)
+    assert short.prefetch_factor == PREFETCH
     mine = loader(prefetch_factor=9)  # the user's choice is kept
     assert mine._make_ring() is None and mine.prefetch_factor == 9  # and "auto" takes the pipe
 

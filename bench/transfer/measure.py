@@ -14,7 +14,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from loaders.batches import RaggedBytes, collate_samples
-from loaders.transfer.transport import EXTRA_SLOTS, Layout, Ring, RingSender, slot_bytes_for, split_batch
+from loaders.transfer.sizing import EXTRA_SLOTS, slot_bytes_for
+from loaders.transfer.transport import Layout, Ring, RingSender, split_batch
 
 TRANSPORTS = ("pipe-64k", "pipe-1m", "ring", "floor")
 FLOOR_BATCH = (1, 16)  # (samples, bytes): a batch too small to cost anything but the DataLoader round trip

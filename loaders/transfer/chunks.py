@@ -4,7 +4,8 @@ Every item a DataLoader worker hands over costs the same fixed work on both side
 index queue, a result through the result pipe, the main process's bookkeeping and wake-ups), whatever its
 size; for batches of small samples that work, not the reading, sets the pace (docs/design-record.md). So
 when batches are small, a worker of the batch path cuts its stream into chunks of several consecutive
-batches, and the main process cuts each chunk back into those batches.
+batches (as many as ``loaders.transfer.sizing.batches_per_chunk`` decides), and the main process cuts each
+chunk back into those batches.
 
 Invariants:
 
@@ -25,17 +26,6 @@ from typing import Any, NamedTuple
 
 from loaders.transfer.collate import Batch, RaggedBytes
 
-CHUNK_SAMPLES = 1024
-"""A worker sends about this many samples per message when its batches are smaller: a default window
-(docs/design-record.md, "Several batches per message")."""
-MAX_CHUNK_BYTES = 8 << 20  # and no more bytes than this, as the manifest predicts them
-
-
-PREFETCH = 4
-"""Messages each worker keeps ready at least (the DataLoader's ``prefetch_factor``)."""
-PREFETCH_MAX_BYTES = 32 << 20
-"""More than ``PREFETCH`` messages a worker keeps ready only while they predict at most this many bytes."""
-
 
 class Chunk(NamedTuple):
     """Consecutive batches of one worker as one batch (``None`` when the worker had none left)."""
@@ -43,31 +33,6 @@ class Chunk(NamedTuple):
     worker: int
     batch: Any  # a Batch; in a worker on its way through the ring, that ring's descriptor
     last: bool
-
-
-def batches_per_chunk(batch_size: int, expected_batch_bytes: float, window_samples: int = 0) -> int:
-    """How many batches one worker message carries: about ``CHUNK_SAMPLES`` samples, at most
-    ``MAX_CHUNK_BYTES``, at least one batch; where a window (``window_samples``, the shuffle buffer) holds
-    a whole number of batches, a number that divides it, so that no message spans two windows: the worker
-    copies such a message's two parts together (``loaders.reading.columns.batches``)."""
-    by_bytes = int(MAX_CHUNK_BYTES // expected_batch_bytes) if expected_batch_bytes > 0 else CHUNK_SAMPLES
-    most = max(1, min(CHUNK_SAMPLES // batch_size, by_bytes))
-    if window_samples <= 0 or window_samples % batch_size:
-        return most
-    per_window = window_samples // batch_size
-    return max(n for n in range(1, min(most, per_window) + 1) if per_window % n == 0)
-
-
-def prefetch_for(batches_at_once: int, batches_per_message: int, message_bytes: float) -> int:
-    """The DataLoader's ``prefetch_factor`` (messages a worker keeps ready) that holds the batches a worker
-    hands over at once (a window it reads whole) and one message more, at least ``PREFETCH``, larger only
-    within ``PREFETCH_MAX_BYTES``. A worker that has read a window hands its messages over one at a time
-    as the DataLoader asks, in turn with the other workers; holding fewer, it waits for the trainer to
-    take them before it can read the next window, and the cores idle (docs/design-record.md, "Prefetch a
-    window")."""
-    ready = -(-batches_at_once // max(batches_per_message, 1)) + 1
-    fitting = int(PREFETCH_MAX_BYTES // message_bytes) if message_bytes > 0 else ready
-    return max(PREFETCH, min(ready, fitting))
 
 
 def chunks(batches: Iterable[Batch], worker: int) -> Iterator[Chunk]:

@@ -38,18 +38,10 @@ from torch.utils.data import get_worker_info
 
 from loaders.transfer.chunks import Chunk
 from loaders.transfer.collate import Batch, RaggedBytes
-from shardpipe.errors import ShardpipeError, UsageError
+from shardpipe.errors import ShardpipeError
 from shardpipe.formats.landing import POOLED_BUFFERS, POOLED_BYTES, BufferPool
 
 Transport = Literal["auto", "pipe", "ring"]
-TRANSPORTS = ("auto", "pipe", "ring")
-AUTO_MIN_BATCH_BYTES = 64 << 10
-"""``transport="auto"`` takes the ring from this expected batch size (see docs/design-record.md)."""
-EXTRA_SLOTS = 2  # over prefetch_factor: a worker rarely has more batches unread than it was asked for
-MIN_SLOT_BYTES = 64 << 10
-MAX_SLOT_BYTES = 64 << 20
-HEADROOM = 1.5  # slot over the expected batch: batches of larger-than-mean samples still fit
-SHM_SHARE = 0.5  # the most of /dev/shm's free space a ring may take
 FULL_WAIT_S = 0.1
 STALL_WAIT_S = 60.0
 _MIN_DELAY_S, _MAX_DELAY_S = 50e-6, 5e-3
@@ -59,28 +51,6 @@ _tokens = itertools.count()
 
 class RingStalledError(ShardpipeError, RuntimeError):
     """A loader worker cannot hand its batch over: the main process is gone or never frees a slot."""
-
-
-def slot_bytes_for(expected_batch_bytes: float, batch_size: int) -> int:
-    """A slot for a batch of ``expected_batch_bytes`` with headroom, the offsets and pad flags, clamped."""
-    size = int(expected_batch_bytes * HEADROOM) + 64 * (batch_size + 1)
-    return min(max(size, MIN_SLOT_BYTES), MAX_SLOT_BYTES)
-
-
-def uses_ring(transport: str, expected_batch_bytes: float, ring_bytes: int, shm_free: int) -> bool:
-    """Whether a loader takes the ring: always for "ring" (if /dev/shm has room), from
-    ``AUTO_MIN_BATCH_BYTES`` for "auto", never for "pipe"."""
-    if transport not in TRANSPORTS:
-        raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
-    fits = ring_bytes <= shm_free * SHM_SHARE
-    if transport == "ring" and not fits:
-        raise UsageError(
-            f"transport='ring' needs {ring_bytes:,} bytes of shared memory, more than half of the "
-            f"{shm_free:,} free in /dev/shm; use transport='pipe' or fewer workers or a smaller batch"
-        )
-    if transport == "auto":
-        return fits and expected_batch_bytes >= AUTO_MIN_BATCH_BYTES
-    return transport == "ring"
 
 
 def shm_free_bytes() -> int:
