@@ -9,9 +9,10 @@ and from a pack's worker pool) calls ``type(exc)(*exc.args)`` and then restores 
 message is the one positional argument, and details are keyword arguments with defaults; a class whose
 message is composed from its details builds it in a classmethod.
 
-Part of the shared core (``shardpipe.manifest``, ``.errors``, ``.formats``, ``.storage``, ``.units``),
-which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it imports neither
-of them, nor the sources, tools or CLI (the import-linter contracts in pyproject.toml, run by ``make lint``).
+Part of the shared core (``shardpipe.manifest``, ``.shardtable``, ``.errors``, ``.formats``, ``.storage``,
+``.units``), which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it
+imports neither of them, nor the sources, tools or CLI (the import-linter contracts in pyproject.toml, run
+by ``make lint``).
 """
 
 from __future__ import annotations

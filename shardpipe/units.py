@@ -1,8 +1,9 @@
 """Sizes as people write them: ``256MB``, ``64KiB``, ``1.5 GiB`` or a plain number of bytes.
 
-Part of the shared core (``shardpipe.manifest``, ``.errors``, ``.formats``, ``.storage``, ``.units``),
-which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it imports neither
-of them, nor the sources, tools or CLI (the import-linter contracts in pyproject.toml, run by ``make lint``).
+Part of the shared core (``shardpipe.manifest``, ``.shardtable``, ``.errors``, ``.formats``, ``.storage``,
+``.units``), which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it
+imports neither of them, nor the sources, tools or CLI (the import-linter contracts in pyproject.toml, run
+by ``make lint``).
 """
 
 from __future__ import annotations

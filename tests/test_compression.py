@@ -15,14 +15,8 @@ from loaders import RemoteOptions, ShardedDataset, ShardedMapDataset, make_loade
 from loaders.reading.compression import field_codecs
 from shardpipe.cli import main
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.formats.compression import (
-    CompressedFieldError,
-    CompressSpec,
-    FieldCodec,
-    FieldCodecs,
-    chosen_fields,
-    parse_compress,
-)
+from shardpipe.formats.compression import CompressSpec, FieldCodec, chosen_fields, parse_compress
+from shardpipe.formats.decompressor import CompressedFieldError, FieldCodecs
 from shardpipe.manifest import load_manifest
 from shardpipe.packing import PackOptions, pack
 from shardpipe.packing.dataset_writer import DatasetWriter

@@ -11,7 +11,7 @@ as they were packed.
 from __future__ import annotations
 
 from loaders.reading.source import DatasetSource
-from shardpipe.formats.compression import CompressedFieldError, FieldCodecs
+from shardpipe.formats.decompressor import CompressedFieldError, FieldCodecs
 
 __all__ = ["CompressedFieldError", "FieldCodecs", "field_codecs"]
 

@@ -24,7 +24,7 @@ from loaders.planning.planner import Run
 from loaders.reading.compression import field_codecs
 from loaders.reading.source import DatasetSource
 from shardpipe.formats.base import Format, ShardReader
-from shardpipe.formats.compression import FieldCodecs
+from shardpipe.formats.decompressor import FieldCodecs
 from shardpipe.formats.landing import BufferPool, Landing
 from shardpipe.formats.layout import ShardIndex, index_bytes
 from shardpipe.formats.readbuffer import ReadBuffer

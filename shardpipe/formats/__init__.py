@@ -11,11 +11,13 @@ the interface (:mod:`.base`) and the readers and writers built on it, with their
 from a memory map of their shard), :mod:`.spanreader` (spans of samples read by byte offset, for tar and
 TFRecord), :mod:`.tarparse` (tar bytes parsed into samples), :mod:`.tf_example` (the ``tf.train.Example``
 protobuf, by hand), :mod:`.framing` (the record layout of LMDB values) and :mod:`.compression` (per-sample
-compression of a field's values).
+compression of a field's values: what is stored), with its pack side :mod:`.compressor` and its read side
+:mod:`.decompressor`.
 
-Part of the shared core (``shardpipe.manifest``, ``.errors``, ``.formats``, ``.storage``, ``.units``),
-which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it imports neither
-of them, nor the sources, tools or CLI (the import-linter contracts in pyproject.toml, run by ``make lint``).
+Part of the shared core (``shardpipe.manifest``, ``.shardtable``, ``.errors``, ``.formats``, ``.storage``,
+``.units``), which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it
+imports neither of them, nor the sources, tools or CLI (the import-linter contracts in pyproject.toml, run
+by ``make lint``).
 """
 
 from __future__ import annotations

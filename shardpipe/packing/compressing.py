@@ -23,11 +23,10 @@ from shardpipe.formats.compression import (
     SAMPLE_COUNT,
     CompressSpec,
     FieldCodec,
-    FieldCompressor,
     chosen_fields,
     dictionary_path,
-    train_dictionary,
 )
+from shardpipe.formats.compressor import FieldCompressor, train_dictionary
 from shardpipe.packing.shard_writing import load_batches
 from shardpipe.sources import SampleTable
 from shardpipe.storage import Store

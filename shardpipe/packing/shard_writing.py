@@ -16,7 +16,7 @@ from typing import Any
 
 from shardpipe.errors import DataError
 from shardpipe.formats import get_format
-from shardpipe.formats.compression import FieldCompressor
+from shardpipe.formats.compressor import FieldCompressor
 from shardpipe.formats.layout import KeysChecksum
 from shardpipe.formats.terms import Column
 from shardpipe.packing import tally

@@ -13,9 +13,10 @@ Inside: :mod:`.base` (the protocol), :mod:`.local` (a local folder, plain ``os``
 mapping, verified uploads) with :mod:`.ranges` (neighbouring byte ranges read as one request), and
 :mod:`.redact` (no secret in a message or a log line).
 
-Part of the shared core (``shardpipe.manifest``, ``.errors``, ``.formats``, ``.storage``, ``.units``),
-which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it imports neither
-of them, nor the sources, tools or CLI (the import-linter contracts in pyproject.toml, run by ``make lint``).
+Part of the shared core (``shardpipe.manifest``, ``.shardtable``, ``.errors``, ``.formats``, ``.storage``,
+``.units``), which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it
+imports neither of them, nor the sources, tools or CLI (the import-linter contracts in pyproject.toml, run
+by ``make lint``).
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ import numpy as np
 
 from shardpipe.errors import DataError
 from shardpipe.formats import Format, get_format
-from shardpipe.formats.compression import MAX_DICTIONARY_BYTES, FieldCodecs
+from shardpipe.formats.compression import MAX_DICTIONARY_BYTES
+from shardpipe.formats.decompressor import FieldCodecs
 from shardpipe.formats.layout import CHECKSUM, SampleLayout, ShardIndex, keys_checksum, shard_checksums
 from shardpipe.manifest import Manifest, dataset_location, read_manifest
 from shardpipe.progress import Progress

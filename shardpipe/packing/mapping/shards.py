@@ -17,7 +17,7 @@ import numpy as np
 
 from shardpipe.formats import bytecolumn, get_format
 from shardpipe.formats.base import Format, ShardReader
-from shardpipe.formats.compression import FieldCompressor
+from shardpipe.formats.compressor import FieldCompressor
 from shardpipe.formats.layout import ShardIndex
 from shardpipe.packing.mapping import check_unique_keys, fields_differ
 from shardpipe.packing.mapping.pieces import MappedPiece
