@@ -2,7 +2,7 @@
 
 None of them changes what a pack writes. The allocator setting is a Linux/glibc call reached through
 ``ctypes``, best effort: where it is missing (another libc, another OS) nothing changes but speed. The
-measurements behind each are in docs/design-record.md ("Pack stage").
+reasons are in docs/design.md ("The pack stage").
 """
 
 from __future__ import annotations

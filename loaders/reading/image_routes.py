@@ -1,6 +1,6 @@
 """Which decoder a crop takes, per image: a pure function of what the header says and the box drawn.
 
-Two routes, measured against each other per image size and box (docs/design-record.md, "## Images"):
+Two routes, measured against each other per image size and box (docs/design.md, "Images"):
 
 - ``REGION``: nvImageCodec (libjpeg-turbo) decodes only the box's rows and columns, widened to the JPEG
   blocks it touches, at full resolution; rows below the box are never read and rows above are only
@@ -24,10 +24,10 @@ from enum import Enum
 from loaders.reading.image_boxes import Box, dct_scale
 
 REGION_MAX_SCALE = 2
-"""At DCT scale 1 or 2 the region decode was faster for every crop measured (docs/design-record.md)."""
+"""At DCT scale 1 or 2 the region decode was faster for every crop measured (docs/design.md, "Images")."""
 REGION_MAX_SCALED_AREA = 8.0
 """Past scale 2: the region route while the box's share of the image times the scale squared stays at or
-below this, where the two routes' times crossed on large photos (docs/design-record.md)."""
+below this, where the two routes' times crossed on large photos (docs/design.md, "Images")."""
 REGION_MODES = frozenset({"RGB", "L"})  # JPEG colour modes whose region decode matches Pillow's
 
 

@@ -9,8 +9,8 @@ turns a batch's image field into one ``uint8`` tensor ``(B, 3, size, size)``, de
    defaults (area in ``scale``, log-uniform aspect ratio in ``ratio``, ten tries, then a centre crop of
    the nearest allowed ratio), or, for evaluation, the centre ``size`` square of the image resized so its
    shorter side is ``resize``; the box is mapped back onto the pixels as stored;
-3. a route is chosen from the header and the box (:func:`~.image_routes.choose_route`, measured in
-   docs/design-record.md): nvImageCodec decodes only the box's region of a JPEG (the batch's regions in
+3. a route is chosen from the header and the box (:func:`~.image_routes.choose_route`; see
+   docs/design.md, "Images"): nvImageCodec decodes only the box's region of a JPEG (the batch's regions in
    one call), or Pillow decodes the whole image at the smallest DCT scale that keeps the box at least
    ``size`` pixels on each side (any format; the only route when nvImageCodec is not installed);
 4. the box is cut and resized to ``size`` x ``size`` with an antialiased bilinear filter (torch's on a box
@@ -205,7 +205,7 @@ class _Crop(ColumnDecoder):
     def _resize(self, pixels: np.ndarray) -> np.ndarray:
         """``(h, w, 3)`` to ``(3, size, size)`` (a view): torch's antialiased bilinear resize, torchvision's
         crop-then-resize, the fastest of torch, OpenCV and Pillow whose output passed the quality bar
-        (docs/design-record.md)."""
+        (docs/design.md, "Images")."""
         channels_last = torch.from_numpy(pixels).permute(2, 0, 1).unsqueeze(0)
         resized = interpolate(channels_last, size=(self.size, self.size), mode="bilinear", antialias=True)
         return resized[0].numpy()

@@ -46,7 +46,7 @@ def land_pieces(
     (ascending window positions, the last ``size``) where a field lands, else whole; nothing where the
     window cannot be landed (see the module). Each piece lands as the one before is taken, into the
     buffers its batches freed: a window of large samples is never copied out whole, as a source read
-    alone lands a batch at a time (docs/design-record.md, "A mixture's window in pieces")."""
+    alone lands a batch at a time (docs/design.md, "Reading")."""
     landings: list[Landing] = []
     for part in parts:
         landing = part.readers.locate(part.runs, names, any_size=True)

@@ -2,7 +2,7 @@
 
 Every item a DataLoader worker hands over costs the same fixed work on both sides (an index through the
 index queue, a result through the result pipe, the main process's bookkeeping and wake-ups), whatever its
-size; for batches of small samples that work, not the reading, sets the pace (docs/design-record.md). So
+size; for batches of small samples that work, not the reading, sets the pace (docs/design.md, "Transfer"). So
 when batches are small, a worker of the batch path cuts its stream into chunks of several consecutive
 batches (as many as ``loaders.transfer.sizing.batches_per_chunk`` decides), and the main process cuts each
 chunk back into those batches.

@@ -4,7 +4,7 @@ Every tensor that crosses from a DataLoader worker in shared memory costs a file
 which dominates small batches; pickled inline through the worker's pipe, small ones cost a copy. So a
 batch of raw byte fields becomes one :class:`RaggedBytes` per field (one buffer plus offsets, no
 per-sample objects), and a :class:`Batch` sends its small tensors inline, rebuilding them as tensors on
-arrival; large tensors still use shared memory. The measurements behind this are in docs/design-record.md.
+arrival; large tensors still use shared memory. Why: docs/design.md, "Transfer".
 """
 
 from __future__ import annotations

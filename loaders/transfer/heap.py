@@ -5,7 +5,7 @@ Python's full collections walk all of them: a pause every few epochs, once enoug
 objects have survived, which also writes to pages the worker shares with the trainer, so the kernel copies
 them. Freezing the inherited objects at a worker's first read (``gc.freeze``) leaves the collector only the
 worker's own objects. What is frozen is never collected; the inherited objects live as long as the worker
-anyway. docs/design-record.md ("The collector in workers") has the measurement.
+anyway (docs/design.md, "Transfer").
 """
 
 from __future__ import annotations

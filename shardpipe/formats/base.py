@@ -34,8 +34,7 @@ Offsets: TypeAlias = "ShardIndex | Sequence[int] | np.ndarray"
 """A shard's index, or just its ``num_samples + 1`` sample offsets (then the reader parses)."""
 
 WRITE_BUFFER = 1 << 18
-"""Writers' file buffer: large enough to batch small writes; larger sizes measured no faster (see
-docs/design-record.md, "Formats")."""
+"""Writers' file buffer: large enough to batch small writes; larger sizes measured no faster."""
 
 
 class ShardWriter(Protocol):

@@ -5,7 +5,7 @@ them in the window's shuffled order. Small values (1 KiB, say) become one Arrow 
 buffer plus offsets, copied with Arrow's ``take`` (a gather in C++); the loaders cut batches from it, so
 no ``bytes`` exists per sample, whose creation, permutation and joining cost more than the bytes' copy.
 Large values stay one ``bytes`` each: there the copies are the cost, and a list is permuted and joined
-with fewer of them than Arrow's immutable arrays (docs/design-record.md, "Fields as Arrow columns"). Values
+with fewer of them than Arrow's immutable arrays (docs/design.md, "Reading"). Values
 that come one by one (slow paths, foreign records) are lists too. Every function here takes either; a
 missing value is ``None`` (a null in Arrow).
 

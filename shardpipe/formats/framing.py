@@ -40,7 +40,7 @@ _JOIN_BYTES = 16 << 10
 _JOIN_MIN_RECORDS = 32
 """Records of at most ``_JOIN_BYTES`` each on average are worth joining, larger ones are cheaper to slice
 where they lie; joined records are checked as arrays from this many on, fewer do not pay for the fixed
-cost (a few dozen numpy calls; docs/design-record.md, "Formats")."""
+cost (a few dozen numpy calls; docs/design.md, "Formats and the index")."""
 _tables: dict[int, struct.Struct] = {}
 _layouts: dict[tuple[str, ...], tuple[list[int], struct.Struct, tuple[int, ...], bytes]] = {}
 _schemas: dict[bytes, tuple[str, ...]] = {}  # name-length table + names -> names; a shard repeats one

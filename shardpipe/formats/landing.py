@@ -1,6 +1,6 @@
 """Reading samples straight into the columns their batches are cut from: one copy, every byte checked.
 
-The read path of large samples, for which the copies are the cost (docs/design-record.md, "One copy"),
+The read path of large samples, for which the copies are the cost (docs/design.md, "Reading"),
 and of scattered ones (random access), for which a window's array work would be. Here a
 sample's bytes are read where the page cache already holds them, with no copy of their own: through a
 memory map of its shard file (tar, TFRecord) or as the view LMDB's map hands out. Its whole span is hashed
@@ -29,8 +29,7 @@ from shardpipe.formats.terms import ColumnsOut
 
 LANDED_MIN_BYTES = 8192
 """A field lands in a buffer of its own when its values average at least this; smaller ones are copied out
-one by one, which costs less than a column's fixed cost at these counts (docs/design-record.md, "One
-copy")."""
+one by one, which costs less than a column's fixed cost at these counts (docs/design.md, "Reading")."""
 POOLED_BUFFERS = 8
 """Landing buffers a thread keeps for reuse (:class:`BufferPool`)."""
 POOLED_BYTES = 64 << 20

@@ -53,10 +53,10 @@ _INITIAL_MAP_SIZE = 1 << 24
 _PIECE_RECORDS = 256
 """Records a read walks before it joins them. Each is a view, an object the garbage collector tracks: a
 whole window's views held at once set off its collections, and each moves them on towards scans of every
-object in the process (docs/design-record.md, "LMDB: a few hundred views at a time")."""
+object in the process (docs/design.md, "Reading")."""
 _CHUNK_BYTES = 1 << 20
 """Bytes of records that trigger a commit. Small, so that a record is still in the CPU cache when LMDB
-copies it into its page and that page when the commit writes it (docs/design-record.md, "Formats")."""
+copies it into its page and that page when the commit writes it."""
 
 
 def _open(path: Path, **options: Any) -> lmdb.Environment:

@@ -159,7 +159,7 @@ def read_samples(
     its fields' bytes (those of ``names`` it has) and ``__key__``: each one's index row, and where its
     span ends, unpacked from the table's bytes in one call, its span hashed where the map holds it (a
     verified shard), its fields and key copied out. Random gets are this loop: per sample it is all
-    they cost (docs/design-record.md, "Random gets").
+    they cost (docs/design.md, "Reading").
 
     Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample: a checksum that
     differs, a key that is not UTF-8, a file cut short under a sample to be read."""

@@ -42,16 +42,16 @@ from shardpipe.formats.terms import ColumnsOut, Fields
 T = TypeVar("T")
 READ_CHUNK = 1 << 20
 """Bytes of whole samples per read (one sample may exceed it): small enough that a chunk is still in the
-CPU cache when its samples are checked and sliced (docs/design-record.md, "Formats")."""
+CPU cache when its samples are checked and sliced (docs/design.md, "Formats and the index")."""
 JOINED_BYTES = 4 << 20
 """Bytes of all runs of one :meth:`SpanReader.read_across` call up to which they are read into one buffer
 and cut together."""
 JOINED_MIN_SAMPLES = 128
 """Samples a :meth:`SpanReader.read_across` call needs before the one-buffer path pays for its fixed cost
-(a few dozen numpy calls); fewer go run by run (docs/design-record.md, "Formats")."""
+(a few dozen numpy calls); fewer go run by run (docs/design.md, "Formats and the index")."""
 JOINED_MIN_PARTS = 32
 """Or the parts it needs: that many runs of one or a few samples (a random-access batch) cost more run by
-run than in one buffer (docs/design-record.md, "Formats")."""
+run than in one buffer (docs/design.md, "Formats and the index")."""
 
 
 class SpanReader(ReaderBase):

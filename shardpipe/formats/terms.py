@@ -28,4 +28,4 @@ INDEX_VERSIONS = (1, 2)
 """The index column layouts this shardpipe reads."""
 
 CHECKSUM_NAME = "xxh3_64"
-"""The per-sample checksum, as the manifest names it (docs/design-record.md, "Formats", has the choice)."""
+"""The per-sample checksum, as the manifest names it (docs/design.md, "Formats and the index", says why)."""

@@ -4,8 +4,8 @@ Only what sample shards need: an Example is a map of features, each ``bytes_list
 ``float_list``. Ours hold ``__key__`` then one single-value bytes_list per field in sorted order, and
 :func:`own_spans` finds their values without building objects; anything else goes through the general
 parser, int64 and float lists becoming ASCII text. The generic protobuf library is several times slower
-than reading the bytes (see docs/design-record.md). Parsing raises ``ValueError`` or ``IndexError`` on
-malformed bytes; the caller names the shard.
+than reading the bytes (docs/design.md, "Formats and the index"). Parsing raises ``ValueError`` or
+``IndexError`` on malformed bytes; the caller names the shard.
 """
 
 from __future__ import annotations

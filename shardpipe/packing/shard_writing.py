@@ -29,7 +29,7 @@ from shardpipe.storage.files import sha256_file, start_writeback
 
 BATCH_BYTES = 1 << 20
 """File contents per writer batch: small enough to stay in the CPU cache between the read and the write
-(and, for LMDB, its copy into pages); see docs/design-record.md."""
+(and, for LMDB, its copy into pages; docs/design.md, "The pack stage")."""
 
 
 class SourceFileError(DataError):
