@@ -121,7 +121,7 @@ class ShardTable(Sequence[ShardEntry]):
     def __init__(self, table: pa.Table) -> None:
         if not table.schema.equals(SCHEMA):
             raise ValueError(f"the shard table's columns are {table.schema.names}, expected {SCHEMA.names}")
-        self._table = table.combine_chunks()
+        self._table = table  # a mixture's sources stay chunks of their own (memory-mapped ones unread)
         for name in ("path", "samples", "bytes", "sha256"):
             if self._table.column(name).null_count:
                 raise ValueError(f"the shard table has shards without {name}")
