@@ -77,7 +77,6 @@ class ShardedLoader(DataLoader[Any]):
         self.sharded = dataset
         self.samples_per_batch = batch_size
         self.enlarge_pipe = enlarge_pipe
-        self.transport = transport
         self._warned = False
 
     def __len__(self) -> int:
