@@ -20,8 +20,16 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shardpipe.errors import CorruptShardError, DataError, UsageError
-from shardpipe.formats import all_formats, bytecolumn, framing, get_format, spanreader
-from shardpipe.formats import lmdb as lmdb_format
+from shardpipe.formats import (
+    all_formats,
+    bytecolumn,
+    framing,
+    get_format,
+    lmdb_env,
+    lmdb_reader,
+    lmdb_writer,
+    spanreader,
+)
 from shardpipe.formats.base import Format
 from shardpipe.formats.layout import CHECKSUM, NO_SPAN, ShardIndex, shard_checksums
 from shardpipe.formats.readbuffer import ReadBuffer
@@ -30,7 +38,7 @@ from shardpipe.formats.terms import ColumnsOut, Fields
 from tests.datagen import read_with_webdataset
 
 FORMATS = sorted(all_formats())
-JOIN_BYTES, PIECE_RECORDS = framing._JOIN_BYTES, lmdb_format._PIECE_RECORDS  # the defaults
+JOIN_BYTES, PIECE_RECORDS = framing._JOIN_BYTES, lmdb_reader._PIECE_RECORDS  # the defaults
 Sample = tuple[str, Fields]
 
 _component = st.text(st.characters(categories=["L", "N"], include_characters="_-ü"), min_size=1, max_size=70)
@@ -357,8 +365,8 @@ def test_tfrecord_example_encoding_matches_protobuf(tmp_path: Path) -> None:
 
 
 def test_lmdb_grows_its_map_and_stays_compact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lmdb_format, "_INITIAL_MAP_SIZE", 1 << 16)
-    monkeypatch.setattr(lmdb_format, "_CHUNK_BYTES", 1 << 18)
+    monkeypatch.setattr(lmdb_writer, "_INITIAL_MAP_SIZE", 1 << 16)
+    monkeypatch.setattr(lmdb_writer, "_CHUNK_BYTES", 1 << 18)
     samples = some_samples(300, size=8000)
     fmt, path = get_format("lmdb"), tmp_path / "s.lmdb"
     assert list(write(fmt, path, samples)) == list(range(301))
@@ -413,11 +421,11 @@ def test_lmdb_scan_checks_count_and_records(tmp_path: Path) -> None:
     write(fmt, path, some_samples(3))
     list(fmt.read(path, 0, 1))  # the reader closed its environment: the file can be opened again
     with lmdb.open(str(path), subdir=False, lock=False) as env, env.begin(write=True) as txn:
-        txn.put(lmdb_format.COUNT_KEY, b"4")
+        txn.put(lmdb_env.COUNT_KEY, b"4")
     with pytest.raises(CorruptShardError, match="found 3 records"):
         fmt.scan(path)
     with lmdb.open(str(path), subdir=False, lock=False) as env, env.begin(write=True) as txn:
-        txn.put(lmdb_format.COUNT_KEY, b"3")
+        txn.put(lmdb_env.COUNT_KEY, b"3")
         txn.put(struct.pack(">Q", 1), b"\x02\x00\x00\x00garbage")
     with pytest.raises(CorruptShardError, match="sample 1"):
         fmt.scan(path)
@@ -446,9 +454,9 @@ def test_lmdb_a_record_longer_than_the_file_is_named_before_it_is_read(
     samples = some_samples(12)
     samples[7] = (samples[7][0], {"bin": b"x" * 20_000})
     write(fmt, path, samples)
-    monkeypatch.setattr(lmdb_format, "_PIECE_RECORDS", piece)
+    monkeypatch.setattr(lmdb_reader, "_PIECE_RECORDS", piece)
     with fmt.open_reader(path) as reader:
-        monkeypatch.setattr(reader, "_file_size", 10_000)  # as if sample 7's length were damaged
+        monkeypatch.setattr(reader, "file_size", 10_000)  # as if sample 7's length were damaged
         around = [key_fields for i, key_fields in enumerate(samples) if i != 7]
         assert listed(reader.read_runs([(0, 7), (8, 12)], ["bin"])) == (
             [key for key, _ in around],
@@ -532,7 +540,7 @@ def damage_sample(fmt: Format, path: Path, index: ShardIndex, sample: int) -> No
         import lmdb
 
         with lmdb.open(str(path), subdir=False, lock=False) as env, env.begin(write=True) as txn:
-            key = lmdb_format._INDEX.pack(sample)
+            key = lmdb_env.INDEX.pack(sample)
             record = bytearray(txn.get(key))
             record[-3] ^= 1
             txn.put(key, bytes(record))
@@ -575,7 +583,7 @@ def test_read_across_agrees_with_reading_shard_by_shard(
     fmt = get_format(name)
     monkeypatch.setattr(spanreader, "JOINED_MIN_SAMPLES", 1)
     monkeypatch.setattr(spanreader, "JOINED_BYTES", JOINED_BYTES)  # as every example starts
-    monkeypatch.setattr(lmdb_format, "_PIECE_RECORDS", piece)
+    monkeypatch.setattr(lmdb_reader, "_PIECE_RECORDS", piece)
     monkeypatch.setattr(framing, "_JOIN_MIN_RECORDS", 1 if lmdb_path == "arrays" else 1 << 30)
     monkeypatch.setattr(framing, "_JOIN_BYTES", 0 if lmdb_path == "views" else JOIN_BYTES)
     with tempfile.TemporaryDirectory() as tmp:
@@ -611,7 +619,7 @@ def test_read_across_agrees_with_reading_shard_by_shard(
             except CorruptShardError as exc:
                 across = (exc.shard, exc.sample_index)
             monkeypatch.setattr(spanreader, "JOINED_BYTES", 0)  # tar, TFRecord: the chunked way
-            monkeypatch.setattr(lmdb_format, "_PIECE_RECORDS", PIECE_RECORDS)
+            monkeypatch.setattr(lmdb_reader, "_PIECE_RECORDS", PIECE_RECORDS)
             monkeypatch.setattr(framing, "_JOIN_MIN_RECORDS", 1 << 30)
             monkeypatch.setattr(framing, "_JOIN_BYTES", JOIN_BYTES)
             keys: list[str] = []

@@ -40,7 +40,7 @@ def downgrade_to_v1(root: Path) -> None:
 def _strip_lmdb_checksums(path: Path) -> None:
     import lmdb
 
-    from shardpipe.formats.lmdb import COUNT_KEY, VERSION_KEY
+    from shardpipe.formats.lmdb_env import COUNT_KEY, VERSION_KEY
 
     with lmdb.open(str(path), subdir=False, lock=False) as env, env.begin(write=True) as txn:
         for key, value in list(txn.cursor()):
