@@ -204,10 +204,10 @@ def test_windows_read_across_shards_yield_what_shard_by_shard_reads_yield(
     """A window read and cut in one pass over its shards gives the samples, the pads, the skipped slots and
     the errors of reading it shard by shard (every window takes the one-pass path here)."""
     from loaders.reading.readers import ShardReaders
-    from shardpipe.formats import spanreader
+    from shardpipe.formats import joined
 
     out = pack_dataset(tmp_path, fmt, 47, max_samples=7)
-    monkeypatch.setattr(spanreader, "JOINED_MIN_SAMPLES", 1)
+    monkeypatch.setattr(joined, "JOINED_MIN_SAMPLES", 1)
     one_pass = ShardReaders.read_window
     used = []
 

@@ -25,15 +25,16 @@ from shardpipe.formats import (
     bytecolumn,
     framing,
     get_format,
+    joined,
     lmdb_env,
     lmdb_reader,
     lmdb_writer,
     spanreader,
 )
 from shardpipe.formats.base import Format
+from shardpipe.formats.joined import JOINED_BYTES
 from shardpipe.formats.layout import CHECKSUM, NO_SPAN, ShardIndex, shard_checksums
 from shardpipe.formats.readbuffer import ReadBuffer
-from shardpipe.formats.spanreader import JOINED_BYTES
 from shardpipe.formats.terms import ColumnsOut, Fields
 from tests.datagen import read_with_webdataset
 
@@ -516,9 +517,9 @@ def test_read_runs_joined_agrees_with_the_chunked_path(
             data[index[damaged + 1] - 6] ^= 1  # inside sample `damaged`, near its end
             path.write_bytes(bytes(data))
         results = []
-        monkeypatch.setattr(spanreader, "JOINED_MIN_SAMPLES", 1)  # however few samples the runs hold
+        monkeypatch.setattr(joined, "JOINED_MIN_SAMPLES", 1)  # however few samples the runs hold
         for joined_bytes in (JOINED_BYTES, 0):  # the default, then the chunked path only
-            monkeypatch.setattr(spanreader, "JOINED_BYTES", joined_bytes)
+            monkeypatch.setattr(joined, "JOINED_BYTES", joined_bytes)
             with fmt.open_reader(path, index) as reader:
                 try:
                     results.append(listed(reader.read_runs(runs, ["bin", "cls"])))
@@ -581,8 +582,8 @@ def test_read_across_agrees_with_reading_shard_by_shard(
     ways: records joined a ``piece`` at a time and checked as arrays, or one by one, or left as views
     (large records), against one by one in pieces of the default size."""
     fmt = get_format(name)
-    monkeypatch.setattr(spanreader, "JOINED_MIN_SAMPLES", 1)
-    monkeypatch.setattr(spanreader, "JOINED_BYTES", JOINED_BYTES)  # as every example starts
+    monkeypatch.setattr(joined, "JOINED_MIN_SAMPLES", 1)
+    monkeypatch.setattr(joined, "JOINED_BYTES", JOINED_BYTES)  # as every example starts
     monkeypatch.setattr(lmdb_reader, "_PIECE_RECORDS", piece)
     monkeypatch.setattr(framing, "_JOIN_MIN_RECORDS", 1 if lmdb_path == "arrays" else 1 << 30)
     monkeypatch.setattr(framing, "_JOIN_BYTES", 0 if lmdb_path == "views" else JOIN_BYTES)
@@ -618,7 +619,7 @@ def test_read_across_agrees_with_reading_shard_by_shard(
                 )
             except CorruptShardError as exc:
                 across = (exc.shard, exc.sample_index)
-            monkeypatch.setattr(spanreader, "JOINED_BYTES", 0)  # tar, TFRecord: the chunked way
+            monkeypatch.setattr(joined, "JOINED_BYTES", 0)  # tar, TFRecord: the chunked way
             monkeypatch.setattr(lmdb_reader, "_PIECE_RECORDS", PIECE_RECORDS)
             monkeypatch.setattr(framing, "_JOIN_MIN_RECORDS", 1 << 30)
             monkeypatch.setattr(framing, "_JOIN_BYTES", JOIN_BYTES)
@@ -651,7 +652,7 @@ def test_read_across_leaves_to_the_caller_what_it_cannot_cut_together(
     """``None`` for too few samples, too many bytes, shards laid out differently, and a shard read by
     byte ranges; a file shortened under an open reader is named."""
     fmt = get_format("tar")
-    monkeypatch.setattr(spanreader, "JOINED_MIN_SAMPLES", 4)
+    monkeypatch.setattr(joined, "JOINED_MIN_SAMPLES", 4)
     both = write(fmt, tmp_path / "both.tar", some_samples(10))
     one = write(fmt, tmp_path / "one.tar", [(f"k{i}", {"bin": b"x"}) for i in range(10)])
     buffer = ReadBuffer()
@@ -659,19 +660,19 @@ def test_read_across_leaves_to_the_caller_what_it_cannot_cut_together(
         cast(spanreader.SpanReader, fmt.open_reader(tmp_path / "both.tar", both)) as a,
         cast(spanreader.SpanReader, fmt.open_reader(tmp_path / "one.tar", one)) as b,
     ):
-        assert spanreader.SpanReader.read_across([(a, 0, 3)], ["bin"], buffer) is None
-        assert spanreader.SpanReader.read_across([(a, 0, 4)], ["bin"], buffer) is not None
-        assert spanreader.SpanReader.read_across([(a, 0, 2), (b, 0, 2)], ["bin"], buffer) is None
-        monkeypatch.setattr(spanreader, "JOINED_BYTES", both.end - 1)
-        assert spanreader.SpanReader.read_across([(a, 0, 10)], ["bin"], buffer) is None
-        monkeypatch.setattr(spanreader, "JOINED_BYTES", JOINED_BYTES)
+        assert joined.read_across([(a, 0, 3)], ["bin"], buffer) is None
+        assert joined.read_across([(a, 0, 4)], ["bin"], buffer) is not None
+        assert joined.read_across([(a, 0, 2), (b, 0, 2)], ["bin"], buffer) is None
+        monkeypatch.setattr(joined, "JOINED_BYTES", both.end - 1)
+        assert joined.read_across([(a, 0, 10)], ["bin"], buffer) is None
+        monkeypatch.setattr(joined, "JOINED_BYTES", JOINED_BYTES)
         os.truncate(tmp_path / "both.tar", both[8])
         with pytest.raises(CorruptShardError, match=r"both\.tar.*sample 8"):
-            spanreader.SpanReader.read_across([(a, 0, 10)], ["bin"], buffer)
+            joined.read_across([(a, 0, 10)], ["bin"], buffer)
     remote = mock.Mock(name="remote", size=both.end)
     remote.name = "s3://bucket/both.tar"
     with cast(spanreader.SpanReader, fmt.open_reader(tmp_path / "both.tar", both, remote=remote)) as r:
-        assert spanreader.SpanReader.read_across([(r, 0, 10)], ["bin"], buffer) is None
+        assert joined.read_across([(r, 0, 10)], ["bin"], buffer) is None
 
 
 def _decode_each(records: Sequence[bytes], names: Sequence[str]) -> tuple[list[str], dict[str, list]]:
@@ -710,7 +711,7 @@ def test_framing_decodes_many_records_as_it_decodes_each(
             record = records[where % len(records)]
             record[(where // len(records)) % len(record)] = value
     names = ["bin", "cls", "absent"]
-    sizes, joined = list(map(len, records)), b"".join(records)
+    sizes, blob = list(map(len, records)), b"".join(records)
     for fewest, join_bytes in ((1, JOIN_BYTES), (1 << 30, JOIN_BYTES), (1, 0)):
         with (
             mock.patch.object(framing, "_JOIN_MIN_RECORDS", fewest),
@@ -718,7 +719,7 @@ def test_framing_decodes_many_records_as_it_decodes_each(
         ):
             for decoded in (
                 lambda: framing.decode_many(records, names, version=2, check=True),
-                lambda: framing.decode_joined(joined, sizes, names, version=2, check=True),
+                lambda: framing.decode_joined(blob, sizes, names, version=2, check=True),
             ):
                 try:
                     expected = _decode_each([bytes(r) for r in records], names)

@@ -9,9 +9,10 @@ the columns (:mod:`.bytecolumn`), the index (:mod:`.layout`) and the slicing by 
 the interface (:mod:`.base`) and the readers and writers built on it, with their parts: :mod:`.landing`
 (samples read straight into their batches' columns, every byte checked), :mod:`.mapped` (large samples landed
 from a memory map of their shard), :mod:`.spanreader` (spans of samples read by byte offset, for tar and
-TFRecord), :mod:`.tarparse` (tar bytes parsed into samples), :mod:`.tf_example` (the ``tf.train.Example``
-protobuf, by hand), :mod:`.framing` (the record layout of LMDB values), LMDB's parts (:mod:`.lmdb_env`, its keys and
-the environments a process holds; :mod:`.lmdb_writer`; :mod:`.lmdb_reader`, spans walked by key;
+TFRecord), :mod:`.joined` (runs of several shards read into one buffer and cut together), :mod:`.tarparse`
+(tar bytes parsed into samples), :mod:`.tf_example` (the ``tf.train.Example`` protobuf, by hand),
+:mod:`.framing` (the record layout of LMDB values), LMDB's parts (:mod:`.lmdb_env`, its keys and the
+environments a process holds; :mod:`.lmdb_writer`; :mod:`.lmdb_reader`, spans walked by key;
 :mod:`.lmdb_window`, records landed from LMDB's map) and :mod:`.compression` (per-sample
 compression of a field's values: what is stored), with its pack side :mod:`.compressor` and its read side
 :mod:`.decompressor`.

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
+from shardpipe.errors import UsageError
 from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.formats.terms import Column, ColumnsOut, Fields
 
@@ -196,11 +197,24 @@ FORMAT_INFO = {
 R = TypeVar("R", bound="ReaderBase")
 
 
+def check_open(closer: weakref.finalize[Any, Any], shard: str) -> None:
+    """Raise unless the reader ``closer`` releases is still open: the one place that says a reader is
+    closed (a memory map of its file keeps ``closer``, not the reader)."""
+    if not closer.alive:
+        raise UsageError(f"the reader of {shard} is closed")
+
+
 class ReaderBase:
     """The lifetime every shard reader shares: ``_closer`` (a ``weakref.finalize`` the reader sets up)
     releases its file or mapping, on ``close()`` or when the reader is dropped."""
 
+    shard: str
+    """The shard's file or object, for error messages."""
     _closer: weakref.finalize[Any, Any]
+
+    def check_open(self) -> None:
+        """Raise unless this reader is still open."""
+        check_open(self._closer, self.shard)
 
     def close(self) -> None:
         self._closer()

@@ -136,8 +136,7 @@ class LmdbReader(ReaderBase):
                 f"the LMDB reader of {shard} was created in process {self._pid} and used in {os.getpid()}: "
                 "an environment must not cross a fork; create readers in the process that reads"
             )
-        if not self._closer.alive:
-            raise UsageError(f"the reader of {shard} is closed")
+        self.check_open()
         for start, stop in runs:
             if not 0 <= start <= stop <= self.num_samples:
                 detail = f"samples [{start}, {stop}) requested, the shard holds '{self.num_samples}'"

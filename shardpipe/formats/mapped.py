@@ -13,14 +13,16 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from shardpipe.errors import CorruptShardError, UsageError
+from shardpipe.errors import CorruptShardError
+from shardpipe.formats.base import check_open
 from shardpipe.formats.landing import BufferPool, Located, Spans, columns_of, land, lands
 from shardpipe.formats.layout import CHECKSUM, KEY_START, KEY_STOP, NO_SPAN, OFFSET, ShardIndex, checksum
 from shardpipe.formats.terms import ColumnsOut
@@ -28,7 +30,7 @@ from shardpipe.formats.terms import ColumnsOut
 
 @dataclass(frozen=True, slots=True)
 class MappedShard:
-    """An open shard file, its index and its bytes mapped; ``alive()`` is false once its reader closed."""
+    """An open shard file, its index and its bytes mapped; ``closer`` is its reader's (run once it closed)."""
 
     name: str
     fd: int
@@ -36,7 +38,7 @@ class MappedShard:
     data: memoryview
     mapped: mmap.mmap
     """The map ``data`` views: a slice of it is its bytes in one call (a view's takes two)."""
-    alive: Callable[[], bool]
+    closer: weakref.finalize[Any, Any]
     table: memoryview
     """The index table's bytes, rows of little-endian uint64 (read a row at a time by scattered gets)."""
     width: int
@@ -45,6 +47,9 @@ class MappedShard:
     """One row of ``table`` and the first value of the next (where the sample ends)."""
     verified: bool
     """Whether each sample's checksum is checked."""
+
+    def check_open(self) -> None:
+        check_open(self.closer, self.name)
 
 
 class MappedWindow:
@@ -117,8 +122,7 @@ class MappedWindow:
         """Every file still holds the spans read from it: a touch past a mapped file's end is a fault."""
         for shard in set(shard_of.tolist()):
             mapped = self._shards[shard]
-            if not mapped.alive():
-                raise UsageError(f"the reader of {mapped.name} is closed")
+            mapped.check_open()
             size = file_size(mapped.fd)
             if size >= self._window_ends[shard]:
                 continue
@@ -207,8 +211,7 @@ def _check_sizes(shards: Mapping[int, MappedShard], picks: Sequence[tuple[int, i
     """Every file still holds the samples to be read from it: a touch past a mapped file's end would fault
     the process. One :func:`file_size` a file: one no shorter than its map holds them all."""
     for slot, shard in shards.items():
-        if not shard.alive():
-            raise UsageError(f"the reader of {shard.name} is closed")
+        shard.check_open()
         if (size := file_size(shard.fd)) >= len(shard.data):
             continue
         offsets = shard.index.offsets

@@ -205,11 +205,11 @@ class TarReader(SpanReader):
     format_name = "tar"
 
     def _check_chunk_framing(self, view: memoryview, start: int, stop: int, base: int) -> None:
-        _check_member_headers(view, self._index, start, stop, base, self._shard)  # type: ignore[arg-type]
+        _check_member_headers(view, self.index, start, stop, base, self.shard)  # type: ignore[arg-type]
 
     def _parse_chunk(self, view: memoryview, start: int, count: int, base: int) -> list[tuple[str, Fields]]:
         """Parsed header by header (checking each header unless sample checksums were checked)."""
-        shard = self._shard
+        shard = self.shard
         samples, _ = parse(
             view, shard, base, start, until_end_marker=False, check_headers=self._check_framing
         )

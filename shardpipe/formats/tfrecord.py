@@ -178,11 +178,11 @@ class TfrecordReader(SpanReader):
     format_name = "TFRecord"
 
     def _check_chunk_framing(self, view: memoryview, start: int, stop: int, base: int) -> None:
-        _check_framing(view, self._index, start, stop, base, self._shard)  # type: ignore[arg-type]
+        _check_framing(view, self.index, start, stop, base, self.shard)  # type: ignore[arg-type]
 
     def _parse_chunk(self, view: memoryview, start: int, count: int, base: int) -> list[tuple[str, Fields]]:
         """Parsed record by record (checking framing and CRCs unless sample checksums were checked)."""
-        shard = self._shard
+        shard = self.shard
         buf, stem = bytes(view), Path(shard).stem
         out = [
             _decode(buf, data, end, shard, stem, i, base + record)
