@@ -7,9 +7,10 @@ rest has its own public home:
 :mod:`loaders.batches` (what a batch is made of), :mod:`loaders.monitor` (``EpochStats``). Their old
 names here still import, with a ``DeprecationWarning`` naming the new place, for one release.
 
-Inside: :mod:`.dataset` (``ShardedDataset``, rank- and worker-aware), :mod:`.random_access`
-(``ShardedMapDataset``: any sample by position or key), :mod:`.mixture` (``Mixture``: several sources read as
-one, at exact proportions) and :mod:`.mixture_sources` (the checks that they can be), :mod:`.loader`
+Inside: :mod:`.dataset` (``ShardedDataset``, rank- and worker-aware), with :mod:`.options` (how a split
+is read) and :mod:`.skips` (samples skipped as unreadable, counted across workers), :mod:`.random_access`
+(``ShardedMapDataset``: any sample by position or key), :mod:`.mixture` (``Mixture``: several sources read
+as one, at exact proportions) and :mod:`.mixture_sources` (the checks that they can be), :mod:`.loader`
 (``make_loader``), :mod:`.reading` (reading a plan's samples), :mod:`.cache` (the per-node cache of remote
 shards), :mod:`.transfer` (batches handed from workers to the trainer cheaply) and :mod:`.distributed`
 (keeping distributed training honest).

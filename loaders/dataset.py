@@ -17,21 +17,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import IterableDataset
 
-from loaders.distributed.world import get_worker, get_world, planned_workers
+from loaders.distributed.world import check_whole_batches, get_worker, get_world, planned_workers
+from loaders.options import ReadOptions, selected_fields
 from loaders.planning.elastic import Segment, consumed_count, epoch_samples
 from loaders.planning.mixing import default_block_size, warn_if_poorly_mixed
 from loaders.planning.plan import plan_windows, skip_whole_windows
 from loaders.planning.planner import (
-    DEFAULT_BLOCK_SIZE,
     DEFAULT_SHUFFLE_BUFFER,
     PlanConfig,
     Remainder,
@@ -40,76 +39,30 @@ from loaders.planning.planner import (
     worker_sample_counts,
 )
 from loaders.planning.position import (
+    PassPlan,
     Position,
     WorkerPass,
+    check_same_worker,
     decode_state,
     decode_worker_state,
     encode_state,
     encode_worker_state,
 )
 from loaders.planning.stream import Samples
-from loaders.reading.columns import Columns, Decoding, batches
-from loaders.reading.decode import ColumnDecoder, DecodeContext, Decoder, decode_sample, resolve_decoders
+from loaders.reading.columns import Columns, Decoding, batches, finished_samples
+from loaders.reading.decode import ColumnDecoder, DecodeContext, Decoder, resolve_decoders
 from loaders.reading.readers import ShardReaders
 from loaders.reading.source import DatasetSource, RemoteOptions
 from loaders.reading.windows import OnError, WindowReader
+from loaders.skips import SkipCounts
 from loaders.transfer.chunks import chunks
 from loaders.transfer.heap import freeze_inherited_objects
 from shardpipe.formats import get_format
 from shardpipe.formats.landing import LANDED_MIN_BYTES
 from shardpipe.manifest import Manifest
 
-MAX_WORKERS = 256  # slots in the shared error counter
 Sample = dict[str, Any]
 log = logging.getLogger("loaders")
-
-
-@dataclass(frozen=True, slots=True)
-class ReadOptions:
-    """How a split is read; everything here but ``on_error``, ``batched``, ``chunk_batches``, ``check`` and
-    ``managed`` shapes the order."""
-
-    split: str = "train"
-    shuffle: bool = True
-    seed: int = 0
-    remainder: Remainder = "pad"
-    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
-    block_size: int = DEFAULT_BLOCK_SIZE
-    batch_size: int | None = None  # the DataLoader's: each worker's share is whole batches (None: unknown)
-    on_error: OnError = "raise"
-    batched: bool = False
-    check: bool = True
-    chunk_batches: int = 1  # batches per worker message on the batch path (``loaders.transfer.chunks``)
-    managed: bool = False  # a ShardedLoader hands the batches out, and so keeps the epochs
-
-    def __post_init__(self) -> None:
-        if self.on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
-        if self.chunk_batches < 1:
-            raise ValueError(f"chunk_batches must be >= 1, got {self.chunk_batches}")
-        # Validates every planning field now, not in a worker.
-        PlanConfig(
-            world_size=1,
-            num_workers=0,
-            seed=self.seed,
-            shuffle=self.shuffle,
-            remainder=self.remainder,
-            batch_size=self.batch_size or 1,
-            block_size=self.block_size,
-            shuffle_buffer=self.shuffle_buffer,
-        )
-
-
-class PassPlan(NamedTuple):
-    """One worker's pass: who it is, the epoch, the role it plays after a resume, the plan's config and
-    sequence, and the samples of its part already consumed before the resume."""
-
-    worker_index: int
-    epoch: int
-    role: int
-    config: PlanConfig
-    runs: Samples
-    skip: int
 
 
 class ShardedDataset(IterableDataset[Sample]):
@@ -185,7 +138,7 @@ class ShardedDataset(IterableDataset[Sample]):
         self.decoders = resolve_decoders(decode, self.fields, self.manifest.label_fields)
         self.transform = transform
         self.position = Position()
-        self._errors = torch.zeros(MAX_WORKERS, dtype=torch.int64).share_memory_()
+        self.skips = SkipCounts()
         self._readers = self._new_readers()
         warn_if_poorly_mixed(self.manifest, self.options, self.root)
 
@@ -326,7 +279,7 @@ class ShardedDataset(IterableDataset[Sample]):
     @property
     def num_errors(self) -> int:
         """Samples skipped as unreadable (``on_error='skip'``) in this run, over all workers."""
-        return int(self._errors.sum())
+        return self.skips.total()
 
     def close(self) -> None:
         """Close the shard files and environments this process opened (reopened lazily if read again),
@@ -355,7 +308,7 @@ class ShardedDataset(IterableDataset[Sample]):
             fields=self.fields,
             shard_paths=self.shards.paths,
             on_error=self.options.on_error,
-            count_errors=partial(self._count_errors, plan.worker_index),
+            count_errors=self.skips.adder(plan.worker_index),
             piece_size=self.batch_size * self.options.chunk_batches if self.batched else None,
         )
         return self._hand_out(reader.read(windows, skip), plan.epoch, plan.worker_index)
@@ -367,11 +320,11 @@ class ShardedDataset(IterableDataset[Sample]):
         config = self.plan_config(planned_workers())
         resumed, self._worker_resume = self._worker_resume, None
         if resumed is not None:  # this worker's own saved position (StatefulDataLoader)
-            _check_same_worker(resumed, config, worker_index)
+            check_same_worker(resumed, config, worker_index)
             epoch, history, role, skip = resumed.epoch, resumed.history, resumed.role, resumed.samples
             runs = self._runs(epoch, history, config)
         else:
-            self._check_whole_batches(num_workers)
+            check_whole_batches(num_workers, self.options.batch_size, self.root)
             if worker_index == 0 and not self.options.managed and self.position.repeated_pass():
                 log.warning(
                     "set_epoch() was not called between two passes over %s: every pass repeats epoch %d's "
@@ -393,16 +346,6 @@ class ShardedDataset(IterableDataset[Sample]):
         self._own_samples = skip
         return PassPlan(worker_index, epoch, role, config, runs, skip)
 
-    def _check_whole_batches(self, num_workers: int) -> None:
-        if num_workers > 1 and self.options.batch_size is None:
-            raise ValueError(
-                f"{num_workers} DataLoader workers share this rank's samples of {self.root}, but the dataset "
-                "does not know the DataLoader's batch size, so their shares are not whole batches: len() "
-                "would be off and ranks could run different step counts. Pass ShardedDataset(..., "
-                "batch_size=B) with the DataLoader's batch size (1 without batching), or read it through "
-                "make_loader(dataset, batch_size=B, num_workers=...), which sets it"
-            )
-
     def _counted(self, samples: Iterator[Any]) -> Iterator[Any]:
         """The per-sample path's samples, counted for this reader's own state (``state_dict``)."""
         for sample in samples:
@@ -416,13 +359,16 @@ class ShardedDataset(IterableDataset[Sample]):
         if self.batched:
             per_chunk = self.options.chunk_batches
             shard_paths = self.shards.paths
-            count_errors = partial(self._count_errors, worker_index)
+            count_errors = self.skips.adder(worker_index)
             decoding = Decoding(self.decoders, context, shard_paths, count_errors)
             cut = batches(columns, self.batch_size * per_chunk, decoding if self.decoders else None)
             return cut if per_chunk == 1 else chunks(cut, worker_index)
         if not self.decoders and self.transform is None:
             return self._counted(sample for window in columns for sample in window.samples())
-        return self._counted(self._finished(columns, context, worker_index))
+        count_error = partial(self.skips.add, worker_index, 1)
+        paths = self.shards.paths
+        finished = finished_samples(columns, self.decoders, self.transform, context, paths, count_error)
+        return self._counted(finished)
 
     @property
     def hands_over_whole_windows(self) -> bool:
@@ -440,11 +386,7 @@ class ShardedDataset(IterableDataset[Sample]):
 
     def count_errors(self, count: int) -> None:
         """Count ``count`` samples skipped in this process (the trainer's, for decoders that finish there)."""
-        worker = get_worker()[0]
-        self._count_errors(worker, count)
-
-    def _count_errors(self, worker_index: int, count: int) -> None:
-        self._errors[worker_index % MAX_WORKERS] += count
+        self.skips.add(get_worker()[0], count)
 
     def _runs(self, epoch: int, history: tuple[Segment, ...], config: PlanConfig) -> Samples:
         """The sequence a pass of ``config``'s plan reads: the epoch's, less what ``history`` consumed
@@ -455,50 +397,3 @@ class ShardedDataset(IterableDataset[Sample]):
                 self._sequences.pop(next(iter(self._sequences)))
             self._sequences[key] = epoch_samples(self.shard_sizes, config, history, epoch)
         return self._sequences[key]
-
-    def _finished(
-        self, windows: Iterator[Columns], context: DecodeContext, worker_index: int
-    ) -> Iterator[Any]:
-        """The per-sample path's samples, decoded and transformed."""
-        for window in windows:
-            shards = window.shards if len(window.shards) == len(window) else [-1] * len(window)
-            for sample, shard in zip(window.samples(), shards, strict=True):
-                yield self._finish(sample, context, worker_index, shard)
-
-    def _finish(self, sample: Sample, context: DecodeContext, worker_index: int, shard: int) -> Any:
-        if decode_sample(sample, self.decoders, context, self.shards[shard].path if shard >= 0 else "?"):
-            self._count_errors(worker_index, 1)
-        return self.transform(sample) if self.transform is not None else sample
-
-
-def _check_same_worker(saved: WorkerPass, config: PlanConfig, worker_index: int) -> None:
-    """A worker's own saved position continues only the same worker of the same plan."""
-    if saved.config != config or saved.worker_index != worker_index:
-        found = f"worker {saved.worker_index} of {_plan_words(saved.config)}"
-        expected = f"worker {worker_index} of {_plan_words(config)}"
-        raise ValueError(
-            f"cannot resume: found {found} in the saved worker state, expected {expected} (this loader's). "
-            "A worker's own state (torchdata's StatefulDataLoader) resumes with the same world size, "
-            "workers and batch size; to resume on another world, save make_loader's loader.state_dict()"
-        )
-
-
-def _plan_words(config: PlanConfig) -> str:
-    return (
-        f"world_size={config.world_size}, num_workers={config.num_workers}, "
-        f"batch_size={config.batch_size}, remainder={config.remainder!r}, block_size={config.block_size}, "
-        f"shuffle_buffer={config.shuffle_buffer}"
-    )
-
-
-def selected_fields(manifest: Manifest, fields: Sequence[str] | None, where: str) -> tuple[str, ...]:
-    """The fields to read, in manifest order: all of them, or those named (each one the manifest has)."""
-    if fields is None:
-        return manifest.fields
-    if isinstance(fields, str):
-        raise TypeError(f"fields must be a sequence of field names, got the string {fields!r}")
-    if unknown := sorted(set(fields) - set(manifest.fields)):
-        raise ValueError(
-            f"fields names {unknown} that {where} does not have; its fields are {', '.join(manifest.fields)}"
-        )
-    return tuple(name for name in manifest.fields if name in set(fields))

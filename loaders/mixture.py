@@ -14,20 +14,20 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any
 
 import numpy as np
-import torch
 
-from loaders.dataset import MAX_WORKERS, ShardedDataset
+from loaders.dataset import ShardedDataset
 from loaders.mixture_sources import checked_sources
-from loaders.planning.elastic import Segment, rest_of
+from loaders.planning.elastic import Segment
 from loaders.planning.mixture import (
     SourceTable,
+    continued_origin,
     cursor_runs,
-    epoch_samples_of,
     first_cursors,
+    remaining_samples,
     source_position,
 )
 from loaders.planning.plan import skip_whole_windows, window_blocks
@@ -50,6 +50,7 @@ from loaders.reading.mixed import by_source, read_order
 from loaders.reading.mixed_landing import SourcePart, land_pieces
 from loaders.reading.readers import ShardReaders
 from loaders.reading.windows import OnError, WindowReader, piece_ends
+from loaders.skips import SkipCounts
 from shardpipe.errors import DataError
 from shardpipe.shardtable import ShardTable
 
@@ -92,6 +93,7 @@ class Mixture(ShardedDataset):
         if not isinstance(per_batch, bool):
             raise TypeError(f"per_batch must be a bool, got {per_batch!r}")
         self.names: tuple[str, ...] = tuple(sources)
+        self.root = f"the mixture of {', '.join(self.names)}"  # how messages name it
         self.datasets: tuple[ShardedDataset, ...] = datasets
         self.weights, self.samples_per_epoch, self.per_batch = weights, samples_per_epoch, per_batch
         self.sizes = tuple(int(d.shard_sizes.sum()) for d in datasets)
@@ -118,7 +120,7 @@ class Mixture(ShardedDataset):
         self.rank, self.world_size = first.rank, first.world_size
         self.decoders, self.transform = first.decoders, first.transform
         self.position = Position()
-        self._errors = torch.zeros(MAX_WORKERS, dtype=torch.int64).share_memory_()
+        self.skips = SkipCounts()
         self._readers = self._new_readers()
         self._mixes: dict[int, EpochMix] = {}
         self._origin: tuple[int, tuple[int, ...]] | None = None  # (epoch, cursors) of a changed mix
@@ -160,17 +162,8 @@ class Mixture(ShardedDataset):
                     f"cannot continue: found {name}={state.get(name)!r} in the saved state, expected "
                     f"{expected[name]!r} (this mixture's); continue a run of the same sources"
                 )
-        try:
-            epoch = int(state["epoch"])
-            start = [
-                state["sources"][n]["pass"] * size + state["sources"][n]["position"]
-                for n, size in zip(self.names, self.sizes, strict=True)
-            ]
-            drawn = [sum(stage[1 + s] for stage in state["mix"]) for s in range(len(self.names))]
-        except (KeyError, TypeError, IndexError) as exc:
-            raise ValueError(f"cannot continue: the saved state holds no mixture position ({exc!r})") from exc
-        self._origin = (epoch + 1, tuple(a + b for a, b in zip(start, drawn, strict=True)))
-        return epoch + 1
+        self._origin = continued_origin(state, self.names, self.sizes)
+        return self._origin[0]
 
     def epoch_size(self, epoch: int) -> int:
         return self.mix(epoch).num_samples
@@ -196,7 +189,7 @@ class Mixture(ShardedDataset):
 
     def _runs(self, epoch: int, history: tuple[Segment, ...], config: PlanConfig) -> Samples:
         layout = history[0].config.layout if history else config.layout
-        return _remaining(self.mix(epoch), self.options.seed, history, epoch, layout)
+        return remaining_samples(self.mix(epoch), self.options.seed, history, epoch, layout)
 
     # ---- state ---------------------------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -287,7 +280,7 @@ class Mixture(ShardedDataset):
         locate: Locate,
         layout: int,
     ) -> Iterator[Columns]:
-        count_errors = partial(self._count_errors, worker_index)
+        count_errors = self.skips.adder(worker_index)
         readers = [
             WindowReader(
                 readers=d._readers,
@@ -399,8 +392,3 @@ class Mixture(ShardedDataset):
             columns.sources = [source] * len(columns)
             pieces.append(columns)
         return pieces
-
-
-@lru_cache(maxsize=8)
-def _remaining(mix: EpochMix, seed: int, history: tuple[Segment, ...], epoch: int, layout: int) -> Samples:
-    return rest_of(epoch_samples_of(mix, seed, epoch, layout), mix.counts, history, epoch)

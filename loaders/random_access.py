@@ -22,11 +22,11 @@ from typing import Any, NoReturn
 import numpy as np
 from torch.utils.data import Dataset
 
-from loaders.dataset import selected_fields
+from loaders.options import selected_fields
 from loaders.planning.planner import Run, Window
 from loaders.planning.position import STATE_VERSION, Position, decode_state
-from loaders.reading.columns import Columns, Decoding, to_batch
-from loaders.reading.decode import ColumnDecoder, DecodeContext, Decoder, decode_sample, resolve_decoders
+from loaders.reading.columns import Columns, Decoding, finished_samples, to_batch
+from loaders.reading.decode import ColumnDecoder, DecodeContext, Decoder, resolve_decoders
 from loaders.reading.keys import KeyTable
 from loaders.reading.readers import ShardReaders
 from loaders.reading.source import DatasetSource, RemoteOptions
@@ -129,10 +129,10 @@ class ShardedMapDataset(Dataset[Sample]):
         if not self.decoders and self.transform is None:
             found = self._read_straight(indices)
             return found if found is not None else list(self.read(indices).samples())
-        columns = self.read(indices)
-        context = self._context()
-        samples = zip(columns.samples(), columns.shards, strict=True)
-        return [self._finish(sample, context, shard) for sample, shard in samples]
+        finished = finished_samples(
+            [self.read(indices)], self.decoders, self.transform, self._context(), self.shards.paths, _no_count
+        )
+        return list(finished)
 
     def get_batch(self, indices: Sequence[int]) -> Batch:
         """The samples at ``indices`` as one batch, decoded a column at a time: what ``make_loader``'s batch
@@ -291,9 +291,9 @@ class ShardedMapDataset(Dataset[Sample]):
     def _context(self) -> DecodeContext:
         return DecodeContext(self.seed, self.epoch, skip=self.on_error == "skip")
 
-    def _finish(self, sample: Sample, context: DecodeContext, shard: int) -> Any:
-        decode_sample(sample, self.decoders, context, self.shards[shard].path)
-        return self.transform(sample) if self.transform is not None else sample
+
+def _no_count() -> None:
+    """Random gets count no skipped samples (a skipped one comes back flagged ``__pad__``)."""
 
 
 def get(

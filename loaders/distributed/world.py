@@ -69,3 +69,16 @@ def planned_workers() -> int:
     (which reads as one worker), as the loader that saves the run's state counts them."""
     info = torch.utils.data.get_worker_info()
     return 0 if info is None else int(info.num_workers)
+
+
+def check_whole_batches(num_workers: int, batch_size: int | None, dataset: str) -> None:
+    """Refuse two or more workers that cannot cut a rank's share into whole batches (``batch_size`` unknown):
+    ``len`` would be off and ranks could run different step counts."""
+    if num_workers > 1 and batch_size is None:
+        raise ValueError(
+            f"{num_workers} DataLoader workers share this rank's samples of {dataset}, but the dataset "
+            "does not know the DataLoader's batch size, so their shares are not whole batches: len() "
+            "would be off and ranks could run different step counts. Pass ShardedDataset(..., "
+            "batch_size=B) with the DataLoader's batch size (1 without batching), or read it through "
+            "make_loader(dataset, batch_size=B, num_workers=...), which sets it"
+        )

@@ -28,16 +28,18 @@ over the source's stored order, every source of a window located at once: :class
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
+from loaders.planning.elastic import Segment, rest_of
 from loaders.planning.permutation import block_sources
 from loaders.planning.planner import Runs, ShardSizes, cut_blocks, slice_rows
 from loaders.planning.schedule import schedule_tree, sources_at
-from loaders.planning.stream import RunsSequence, spans_of
+from loaders.planning.stream import RunsSequence, Samples, spans_of
 from loaders.planning.weights import EpochMix
 
 SOURCE_STREAM = 0x6D6978  # keeps a source's pass seeds apart from the epoch seeds of a single dataset
@@ -205,6 +207,32 @@ def epoch_samples_of(mix: EpochMix, seed: int, epoch: int, layout: int) -> Mixtu
     if layout >= 3:
         return MixtureSequence(mix, seed, epoch)
     return RunsSequence(epoch_sequence(mix, seed, epoch))
+
+
+@lru_cache(maxsize=8)
+def remaining_samples(
+    mix: EpochMix, seed: int, history: tuple[Segment, ...], epoch: int, layout: int
+) -> Samples:
+    """What a pass of ``epoch`` reads after the segments of ``history`` (kept for the last few passes:
+    ``len`` and the pass both ask for it)."""
+    return rest_of(epoch_samples_of(mix, seed, epoch, layout), mix.counts, history, epoch)
+
+
+def continued_origin(
+    state: Mapping[str, Any], names: Sequence[str], sizes: Sequence[int]
+) -> tuple[int, tuple[int, ...]]:
+    """The epoch after a saved run's (``state``), and each source's global cursor there, as if the saved
+    epoch had been read whole: where a changed mix continues the sources' passes."""
+    try:
+        epoch = int(state["epoch"])
+        start = [
+            state["sources"][n]["pass"] * size + state["sources"][n]["position"]
+            for n, size in zip(names, sizes, strict=True)
+        ]
+        drawn = [sum(stage[1 + s] for stage in state["mix"]) for s in range(len(names))]
+    except (KeyError, TypeError, IndexError) as exc:
+        raise ValueError(f"cannot continue: the saved state holds no mixture position ({exc!r})") from exc
+    return epoch + 1, tuple(a + b for a, b in zip(start, drawn, strict=True))
 
 
 @dataclass(frozen=True)

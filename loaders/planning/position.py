@@ -22,12 +22,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from loaders.planning.elastic import Segment
 from loaders.planning.planner import PlanConfig
+from loaders.planning.stream import Samples
 
 STATE_VERSION = 2
 HISTORY_BYTES = 1 << 16  # the segments of one epoch as JSON: a few hundred bytes each
@@ -212,6 +213,38 @@ class WorkerPass:
     worker_index: int
     role: int  # the part of the plan this worker reads (rotated after a rank-level resume)
     samples: int  # samples of that part handed out, those consumed before a resume included
+
+
+class PassPlan(NamedTuple):
+    """One worker's pass: who it is, the epoch, the role it plays after a resume, the plan's config and
+    sequence, and the samples of its part already consumed before the resume."""
+
+    worker_index: int
+    epoch: int
+    role: int
+    config: PlanConfig
+    runs: Samples
+    skip: int
+
+
+def check_same_worker(saved: WorkerPass, config: PlanConfig, worker_index: int) -> None:
+    """A worker's own saved position continues only the same worker of the same plan."""
+    if saved.config != config or saved.worker_index != worker_index:
+        found = f"worker {saved.worker_index} of {plan_words(saved.config)}"
+        expected = f"worker {worker_index} of {plan_words(config)}"
+        raise ValueError(
+            f"cannot resume: found {found} in the saved worker state, expected {expected} (this loader's). "
+            "A worker's own state (torchdata's StatefulDataLoader) resumes with the same world size, "
+            "workers and batch size; to resume on another world, save make_loader's loader.state_dict()"
+        )
+
+
+def plan_words(config: PlanConfig) -> str:
+    return (
+        f"world_size={config.world_size}, num_workers={config.num_workers}, "
+        f"batch_size={config.batch_size}, remainder={config.remainder!r}, block_size={config.block_size}, "
+        f"shuffle_buffer={config.shuffle_buffer}"
+    )
 
 
 def encode_worker_state(identity: dict[str, Any], where: WorkerPass) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from loaders.reading.decode import DecodeContext, DecodeError, FieldDecoder
+from loaders.reading.decode import DecodeContext, DecodeError, FieldDecoder, decode_sample
 from loaders.transfer.collate import Batch, RaggedBytes
 from shardpipe.errors import DataError
 from shardpipe.formats import bytecolumn
@@ -181,3 +181,21 @@ def to_batch(columns: Columns, start: int, stop: int, decoding: Decoding | None 
     if columns.sources and len(columns.sources) == len(columns):
         batch["__source__"] = torch.tensor(columns.sources[start:stop], dtype=torch.int64)
     return batch
+
+
+def finished_samples(
+    windows: Iterable[Columns],
+    decoders: Mapping[str, FieldDecoder],
+    transform: Callable[[Sample], Any] | None,
+    context: DecodeContext,
+    shard_paths: Sequence[str],
+    count_error: Callable[[], None],
+) -> Iterator[Any]:
+    """The per-sample path's samples, decoded (``count_error()`` for each one skipped as undecodable, its
+    shard named by ``shard_paths``) and transformed."""
+    for window in windows:
+        shards = window.shards if len(window.shards) == len(window) else [-1] * len(window)
+        for sample, shard in zip(window.samples(), shards, strict=True):
+            if decode_sample(sample, decoders, context, shard_paths[shard] if shard >= 0 else "?"):
+                count_error()
+            yield transform(sample) if transform is not None else sample
