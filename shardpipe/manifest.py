@@ -164,46 +164,15 @@ class Manifest:
         what is wrong (:func:`load_manifest` turns them into a :class:`DataError` naming the file).
         ``open_table(path, sha256)`` reads a split's shard table file (:func:`read_manifest` passes one)."""
         expect(data, dict, "the manifest")
-        version = data.get("manifest_version")
-        if not isinstance(version, int) or isinstance(version, bool) or version not in READABLE_VERSIONS:
-            raise _UnsupportedVersionError(
-                f"manifest version {version!r} is not supported (this shardpipe reads "
-                f"{', '.join(map(str, READABLE_VERSIONS))}); repack with this shardpipe or upgrade it"
-            )
-        if version >= 2 and data.get(DIGEST_KEY) != content_digest(data):
-            raise ValueError(f"its {DIGEST_KEY} does not match its content (damaged or edited by hand)")
-        fmt = expect(data["format"], str, "format")
-        if fmt not in FORMAT_NAMES:
-            raise ValueError(f"format {fmt!r} is not one of {', '.join(FORMAT_NAMES)}")
-        fields = tuple(expect(data["fields"], list, "fields"))
-        if not all(isinstance(name, str) and name for name in fields) or len(set(fields)) != len(fields):
-            raise ValueError(f"fields {list(fields)!r} must be distinct non-empty names")
+        version = _readable_version(data)
+        fmt = _format(data)
+        fields = _fields(data)
         classes = data.get("classes")
         if classes is not None and not all(isinstance(c, str) for c in expect(classes, list, "classes")):
             raise ValueError("classes must be names")
         listed = expect(data["splits"], dict, "splits")
-        index_version, checksum = 1, None
-        if version >= 2:
-            index_version = data["index_version"]
-            if (
-                not isinstance(index_version, int)
-                or isinstance(index_version, bool)
-                or index_version not in INDEX_VERSIONS
-            ):
-                readable = " or ".join(map(str, INDEX_VERSIONS))
-                raise ValueError(f"index_version {index_version!r} is not {readable}")
-            checksum = data["sample_checksum"]
-            if checksum not in (CHECKSUM_NAME, None):
-                raise ValueError(f"sample_checksum {checksum!r} is not {CHECKSUM_NAME!r}")
-        compression = {
-            name: FieldCodec.from_json(codec, name)
-            for name, codec in expect(data.get("compression", {}), dict, "compression").items()
-        }
-        if unknown := [name for name in compression if name not in fields]:
-            raise ValueError(f"compression names {unknown[0]!r}, not one of the fields")
-        for name, codec in compression.items():
-            if codec.dictionary is not None:
-                check_inside(codec.dictionary, f"the dictionary of field {name!r}")
+        index_version, checksum = _index_layout(data) if version >= 2 else (1, None)
+        compression = _compression(data, fields)
         tables = any(isinstance(split, dict) and "table" in split for split in listed.values())
         _check_requires(data, version, {"compression": bool(compression), "shard_table": tables})
         splits = {  # last: a split's table file is read only once the manifest asks for nothing unknown
@@ -254,6 +223,68 @@ def _check_requires(data: dict[str, Any], version: int, recorded: dict[str, bool
                 f"requires {required!r} disagrees with the {feature} it records "
                 f"({'some' if present else 'none'}): the manifest was edited; repack"
             )
+
+
+def _readable_version(data: dict[str, Any]) -> int:
+    """The manifest's version, one this shardpipe reads, its digest checked from version 2 on (damage to
+    the manifest itself is an error, not silently different data)."""
+    version = data.get("manifest_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version not in READABLE_VERSIONS:
+        raise _UnsupportedVersionError(
+            f"manifest version {version!r} is not supported (this shardpipe reads "
+            f"{', '.join(map(str, READABLE_VERSIONS))}); repack with this shardpipe or upgrade it"
+        )
+    if version >= 2 and data.get(DIGEST_KEY) != content_digest(data):
+        raise ValueError(f"its {DIGEST_KEY} does not match its content (damaged or edited by hand)")
+    return version
+
+
+def _format(data: dict[str, Any]) -> str:
+    """The shards' format, one this shardpipe knows."""
+    fmt: str = expect(data["format"], str, "format")
+    if fmt not in FORMAT_NAMES:
+        raise ValueError(f"format {fmt!r} is not one of {', '.join(FORMAT_NAMES)}")
+    return fmt
+
+
+def _fields(data: dict[str, Any]) -> tuple[str, ...]:
+    """The samples' fields: distinct non-empty names."""
+    fields = tuple(expect(data["fields"], list, "fields"))
+    if not all(isinstance(name, str) and name for name in fields) or len(set(fields)) != len(fields):
+        raise ValueError(f"fields {list(fields)!r} must be distinct non-empty names")
+    return fields
+
+
+def _index_layout(data: dict[str, Any]) -> tuple[int, str | None]:
+    """A version-2 or later manifest's ``index_version`` and ``sample_checksum``, each one this
+    shardpipe reads."""
+    index_version = data["index_version"]
+    if (
+        not isinstance(index_version, int)
+        or isinstance(index_version, bool)
+        or index_version not in INDEX_VERSIONS
+    ):
+        readable = " or ".join(map(str, INDEX_VERSIONS))
+        raise ValueError(f"index_version {index_version!r} is not {readable}")
+    checksum = data["sample_checksum"]
+    if checksum not in (CHECKSUM_NAME, None):
+        raise ValueError(f"sample_checksum {checksum!r} is not {CHECKSUM_NAME!r}")
+    return index_version, checksum
+
+
+def _compression(data: dict[str, Any], fields: tuple[str, ...]) -> dict[str, FieldCodec]:
+    """The codecs of the fields stored compressed: each names one of ``fields``, its dictionary (if any)
+    a path inside the dataset."""
+    compression = {
+        name: FieldCodec.from_json(codec, name)
+        for name, codec in expect(data.get("compression", {}), dict, "compression").items()
+    }
+    if unknown := [name for name in compression if name not in fields]:
+        raise ValueError(f"compression names {unknown[0]!r}, not one of the fields")
+    for name, codec in compression.items():
+        if codec.dictionary is not None:
+            check_inside(codec.dictionary, f"the dictionary of field {name!r}")
+    return compression
 
 
 def content_digest(data: dict[str, Any]) -> str:

@@ -15,7 +15,7 @@ from shardpipe.cli.storage import location, shown, storage_option
 from shardpipe.errors import UsageError
 from shardpipe.formats import FORMAT_NAMES
 from shardpipe.manifest import MANIFEST_NAME, Manifest
-from shardpipe.packing import PackOptions
+from shardpipe.packing import PackOptions, PackResult
 from shardpipe.packing import pack as run_pack
 from shardpipe.packing.engine import init_worker
 from shardpipe.packing.ray_engine import RayExecutor
@@ -211,8 +211,7 @@ def pack(
     if ray_address is not None and engine != "ray":
         raise click.UsageError(f"--ray-address {ray_address} needs --engine ray")
     keep_freed_memory()  # this process is a pack: see process_settings
-    if map_spec is not None and "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as `python -m` would: a map module beside the user is found
+    _find_maps_beside_user(map_spec)
     source, target = location(src), location(out)
     options = PackOptions(
         format=format_name,
@@ -237,19 +236,46 @@ def pack(
         resume=resume,
         overwrite=overwrite,
     )
+    result = _run_pack(source, target, options, engine, ray_address, quiet, storage_options)
+    _echo_result(result, target)
+
+
+def _find_maps_beside_user(map_spec: str | None) -> None:
+    """Put the working folder on the import path, as `python -m` would: a map module beside the user is
+    found."""
+    if map_spec is not None and "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
+def _run_pack(
+    source: Path | str,
+    target: Path | str,
+    options: PackOptions,
+    engine: str,
+    ray_address: str | None,
+    quiet: bool,
+    storage_options: dict[str, Any],
+) -> PackResult:
+    """Run the pack on local processes, or on Ray tasks with ``engine="ray"``: a Ray executor is ours to
+    shut down, however the pack ends."""
     executor = None
     if engine == "ray":
         visible = [p for p in (source, target) if isinstance(p, Path)]  # URLs: every node reaches the store
         executor = RayExecutor(
-            ray_address, max_workers=workers, visible_paths=visible, initializer=init_worker
+            ray_address, max_workers=options.workers, visible_paths=visible, initializer=init_worker
         )
     try:
-        result = run_pack(
+        return run_pack(
             source, target, options, quiet=quiet, executor=executor, storage_options=storage_options
         )
     finally:
         if executor is not None:
             executor.shutdown(wait=False)  # after a failure, tasks still running are cancelled
+
+
+def _echo_result(result: PackResult, target: Path | str) -> None:
+    """Print what the pack did: the splits it holds, then the shards it kept and the inputs it left out
+    (only those that happened); a finished pack found again says so alone."""
     if result.already_complete:
         click.echo(f"already complete: {result.num_reused} shards ({manifest_shown(target)})")
         return

@@ -14,26 +14,31 @@ items instead of a source: :mod:`.items`.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 from shardpipe.formats import format_info
 from shardpipe.formats.compression import SAMPLE_COUNT
+from shardpipe.manifest import Manifest
 from shardpipe.packing.compressing import Compression, plan_compression, table_samples
 from shardpipe.packing.driver import PackResult, job_manifest, map_all, write_all
 from shardpipe.packing.engine import local_pool
-from shardpipe.packing.mapping.pieces import MappedPiece, plan_pieces
+from shardpipe.packing.mapping.pieces import MappedPiece, MapPiece, plan_pieces
 from shardpipe.packing.mapping.shards import Outputs, plan_mapped_shards, staged_samples, write_mapped_shard
 from shardpipe.packing.options import PackOptions
-from shardpipe.packing.output import Job, Output
-from shardpipe.packing.plan import fingerprint, plan_jobs
+from shardpipe.packing.output import Job, Output, Prepared
+from shardpipe.packing.plan import ShardJob, fingerprint, plan_jobs
 from shardpipe.packing.shard_writing import write_shard
+from shardpipe.packing.transform import Transform
 from shardpipe.process_settings import pausing_gc
 from shardpipe.progress import phase
 from shardpipe.shardtable import ShardEntry
 from shardpipe.sources import scan_source
+from shardpipe.sources.table import SampleTable, Scan
 from shardpipe.storage import as_location, open_writable_store, redact_url
 
 
@@ -71,8 +76,77 @@ def _pack(
     src, out = as_location(src), as_location(out)
     target = Output(open_writable_store(out, storage_options=storage_options, action="pack to"))
     shown = redact_url(src) if isinstance(src, str) else os.fspath(src)  # never a credential
+    scan = _scan(src, shown, options, executor, storage_options, quiet)
+    suffix = format_info(options.format).suffix
+    transform = options.transform()
+    if options.split is None and scan.splits:
+        options = replace(options, source_splits=scan.splits)
+    jobs = plan_jobs(scan.table, suffix, options, scan.row_splits)
+    pieces = plan_pieces(jobs, suffix) if transform is not None else []
+    job = Job(fingerprint(_planned(jobs, pieces), options), options.job_options(), shown)
+    prepared = target.prepare(job, resume=options.resume, overwrite=options.overwrite)
+    if prepared.complete is not None:
+        return _already_complete(prepared.complete, scan)
+
+    if transform is None:
+        work = _source_work(jobs, scan.table, target, options, storage_options, quiet)
+    else:
+        work = _mapped_work(
+            pieces, transform, suffix, target, prepared, executor, options, storage_options, quiet
+        )
+    entries, num_written, num_reused = write_all(
+        work.jobs, work.write, work.args, target, prepared, executor, options, quiet
+    )
+
+    source_record = {"kind": scan.kind, "path": shown, "labels": options.labels, **scan.details}
+    codecs = None if work.compression is None else work.compression.codecs
+    manifest = job_manifest(
+        options,
+        work.fields,
+        work.jobs,
+        entries,
+        source_record,
+        job,
+        work.mapped,
+        classes=scan.classes,
+        compression=codecs,
+    )
+    target.commit(manifest)
+    return PackResult(
+        manifest=manifest,
+        num_written=num_written,
+        num_reused=num_reused,
+        num_skipped_incomplete=scan.num_skipped_incomplete,
+        num_ignored_files=scan.num_ignored_files,
+        num_skipped_failed=sum(len(p.skipped) for p in work.mapped),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _ShardWork:
+    """The write stage's work and what the manifest records of it: the planned shards, the task that
+    writes one and its arguments, the shards' fields, the mapped pieces (none without a transform) and
+    the compression (None without one)."""
+
+    jobs: Sequence[Any]
+    write: Callable[..., ShardEntry]
+    args: tuple[Any, ...]
+    fields: tuple[str, ...]
+    mapped: list[MappedPiece]
+    compression: Compression | None
+
+
+def _scan(
+    src: Path | str,
+    shown: str,
+    options: PackOptions,
+    executor: Executor | None,
+    storage_options: Mapping[str, Any] | None,
+    quiet: bool,
+) -> Scan:
+    """The source listed into a table of samples, on ``executor``, under the ``scan`` phase."""
     with phase("scan", f"listing {shown}", quiet=quiet):
-        scan = scan_source(
+        return scan_source(
             src,
             labels=options.labels,
             literal_fields=options.literal_fields,
@@ -82,79 +156,94 @@ def _pack(
             key_column=options.key_column,
             field_map=options.field_map,
         )
-    suffix = format_info(options.format).suffix
-    transform = options.transform()
-    if options.split is None and scan.splits:
-        options = replace(options, source_splits=scan.splits)
-    jobs = plan_jobs(scan.table, suffix, options, scan.row_splits)
-    pieces = plan_pieces(jobs, suffix) if transform is not None else []
-    planned = [(p.relpath, p.samples) for p in pieces if p.samples is not None] or [
+
+
+def _planned(jobs: Sequence[ShardJob], pieces: Sequence[MapPiece]) -> list[tuple[str, Any]]:
+    """What the job's fingerprint covers: the map pieces' samples where the job maps, else the planned
+    shards' samples."""
+    return [(p.relpath, p.samples) for p in pieces if p.samples is not None] or [
         (j.relpath, j.samples) for j in jobs
     ]
-    job = Job(fingerprint(planned, options), options.job_options(), shown)
-    prepared = target.prepare(job, resume=options.resume, overwrite=options.overwrite)
-    if prepared.complete is not None:
-        return PackResult(
-            manifest=prepared.complete,
-            num_written=0,
-            num_reused=sum(len(shards) for shards in prepared.complete.splits.values()),
-            num_skipped_incomplete=scan.num_skipped_incomplete,
-            num_ignored_files=scan.num_ignored_files,
-            already_complete=True,
-            num_skipped_failed=int(prepared.complete.skipped.get("count", 0)),
-        )
 
-    mapped: list[MappedPiece] = []
-    fields = scan.table.fields
-    compression: Compression | None = None
-    spec = options.compress_spec
-    if transform is None:
-        if spec is not None:
-            with phase("compress", "sampling values and training dictionaries", quiet=quiet):
-                samples = table_samples(scan.table, "the compression sample", storage_options)
-                compression = plan_compression(
-                    spec, fields, options.compress_fields, samples, options.max_bytes, target.store
-                )
-        write: Callable[..., ShardEntry] = write_shard
-        args: tuple[Any, ...] = (target.store, options.format, storage_options)
-        if compression is not None:  # passed only when there is one: the task's other callers are unchanged
-            args += (compression.compressor,)
-    else:
-        map_args = (target.store, options.format, transform, options.on_error, storage_options)
-        mapped = map_all(pieces, target, prepared, executor, quiet, map_args)
-        outputs = Outputs.of(mapped)
-        fields = outputs.fields
-        jobs = plan_mapped_shards(  # type: ignore[assignment]
-            outputs,
-            outputs.by_piece_split(),
-            suffix,
-            max_samples=options.max_samples,
-            max_bytes=options.max_bytes,
-        )
-        if spec is not None:
-            with phase("compress", "sampling values and training dictionaries", quiet=quiet):
-                samples = staged_samples(outputs, target.store, options.format, SAMPLE_COUNT)
-                compression = plan_compression(
-                    spec, fields, options.compress_fields, samples, options.max_bytes, target.store
-                )
-        write, args = write_mapped_shard, (target.store, options.format)
-        if compression is not None:
-            args += (compression.compressor,)
-    entries, num_written, num_reused = write_all(
-        jobs, write, args, target, prepared, executor, options, quiet
-    )
 
-    source_record = {"kind": scan.kind, "path": shown, "labels": options.labels, **scan.details}
-    codecs = None if compression is None else compression.codecs
-    manifest = job_manifest(
-        options, fields, jobs, entries, source_record, job, mapped, classes=scan.classes, compression=codecs
-    )
-    target.commit(manifest)
+def _already_complete(manifest: Manifest, scan: Scan) -> PackResult:
+    """The result of a resume that finds this job finished in OUT: nothing written, every shard kept."""
     return PackResult(
         manifest=manifest,
-        num_written=num_written,
-        num_reused=num_reused,
+        num_written=0,
+        num_reused=sum(len(shards) for shards in manifest.splits.values()),
         num_skipped_incomplete=scan.num_skipped_incomplete,
         num_ignored_files=scan.num_ignored_files,
-        num_skipped_failed=sum(len(p.skipped) for p in mapped),
+        already_complete=True,
+        num_skipped_failed=int(manifest.skipped.get("count", 0)),
     )
+
+
+def _source_work(
+    jobs: list[ShardJob],
+    table: SampleTable,
+    target: Output,
+    options: PackOptions,
+    storage_options: Mapping[str, Any] | None,
+    quiet: bool,
+) -> _ShardWork:
+    """Without a transform: each planned shard is written from its source files, compressed with
+    dictionaries trained on sampled source values."""
+    samples = partial(table_samples, table, "the compression sample", storage_options)
+    compression = _compression(options, table.fields, samples, target, quiet)
+    args = _with_compressor((target.store, options.format, storage_options), compression)
+    return _ShardWork(jobs, write_shard, args, table.fields, [], compression)
+
+
+def _mapped_work(
+    pieces: list[MapPiece],
+    transform: Transform,
+    suffix: str,
+    target: Output,
+    prepared: Prepared,
+    executor: Executor | None,
+    options: PackOptions,
+    storage_options: Mapping[str, Any] | None,
+    quiet: bool,
+) -> _ShardWork:
+    """With a transform: every piece is mapped and staged first, then the shards are cut from the
+    outputs (:mod:`.mapping`) and written from the staged samples, compressed with dictionaries trained
+    on the first staged outputs."""
+    map_args = (target.store, options.format, transform, options.on_error, storage_options)
+    mapped = map_all(pieces, target, prepared, executor, quiet, map_args)
+    outputs = Outputs.of(mapped)
+    jobs = plan_mapped_shards(
+        outputs,
+        outputs.by_piece_split(),
+        suffix,
+        max_samples=options.max_samples,
+        max_bytes=options.max_bytes,
+    )
+    samples = partial(staged_samples, outputs, target.store, options.format, SAMPLE_COUNT)
+    compression = _compression(options, outputs.fields, samples, target, quiet)
+    args = _with_compressor((target.store, options.format), compression)
+    return _ShardWork(jobs, write_mapped_shard, args, outputs.fields, mapped, compression)
+
+
+def _compression(
+    options: PackOptions,
+    fields: tuple[str, ...],
+    samples: Callable[[], Mapping[str, Sequence[bytes]]],
+    target: Output,
+    quiet: bool,
+) -> Compression | None:
+    """The pack's compression, None without ``compress``; ``samples`` is called only when there is
+    one, because sampling values reads them."""
+    spec = options.compress_spec
+    if spec is None:
+        return None
+    with phase("compress", "sampling values and training dictionaries", quiet=quiet):
+        return plan_compression(
+            spec, fields, options.compress_fields, samples(), options.max_bytes, target.store
+        )
+
+
+def _with_compressor(args: tuple[Any, ...], compression: Compression | None) -> tuple[Any, ...]:
+    """A write task's arguments, with the compressor appended only when there is one: the task's other
+    callers are unchanged."""
+    return args if compression is None else (*args, compression.compressor)

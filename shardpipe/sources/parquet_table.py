@@ -98,16 +98,52 @@ def scan_parquet_dataset(
     The footers are read first (on ``pool`` when given): every file must have the same columns, and
     every column a usable type, before any row is read. The pieces are read on ``pool`` too."""
     field_map = dict(field_map or {})
+    footers = _read_footers(files, storage_options, pool, top_split)
+    _check_one_schema(footers)
+    first_file, schema, metadata = footers[0]
+    found = [footer[0] for footer in footers]
+    _check_one_folder_per_split(found, shown)
+    rules = column_rules(schema, first_file.shown, field_map, key_column)
+    pieces = _plan(found, rules, key_column, storage_options)
+    grouped, origins, producers = _read_pieces(pieces, found, pool)
+    features, class_names = _features(metadata, readme, found)
+    fields = {rule.column: rule.field or _fields_of(rule.column, producers) for rule in rules}
+    details: dict[str, Any] = {
+        "files": len(found),
+        "key": _key_rule(key_column),
+        "fields": fields,
+        **features,
+    }
+    by_field = {
+        rule.field: class_names[rule.column] for rule in rules if rule.column in class_names and rule.field
+    }
+    if by_field:
+        details["class_names"] = by_field
+    splits = tuple(ordered_splits(f.split for f in found))
+    return TableScan(grouped, origins, tuple(found), splits, _classes(by_field), details)
+
+
+def _read_footers(
+    files: list[tuple[str, str]],
+    storage_options: Mapping[str, Any] | None,
+    pool: Executor | None,
+    top_split: str | None,
+) -> list[tuple[Any, ...]]:
+    """Each file's :func:`read_footer`, in the files' order (on ``pool`` when there are several); files
+    at the top take ``top_split``."""
     given = [top_split if "/" not in relpath else None for relpath, _ in files]
     if pool is not None and len(files) > 1:
         options = [storage_options] * len(files)
-        footers = list(pool.map(read_footer, *zip(*files, strict=True), options, given))
-    else:
-        footers = [
-            read_footer(relpath, location, storage_options, split)
-            for (relpath, location), split in zip(files, given, strict=True)
-        ]
-    first_file, schema, metadata = footers[0]
+        return list(pool.map(read_footer, *zip(*files, strict=True), options, given))
+    return [
+        read_footer(relpath, location, storage_options, split)
+        for (relpath, location), split in zip(files, given, strict=True)
+    ]
+
+
+def _check_one_schema(footers: list[tuple[Any, ...]]) -> None:
+    """Every file has the first one's columns and types: a dataset's files share one schema."""
+    first_file, schema, _ = footers[0]
     for other, other_schema, _ in footers[1:]:
         if not other_schema.equals(schema):
             raise DataError(
@@ -115,40 +151,53 @@ def scan_parquet_dataset(
                 f"{schema.names}, or their types); a dataset's files share one schema: pack one "
                 "configuration's folder at a time"
             )
-    found = [footer[0] for footer in footers]
-    _check_one_folder_per_split(found, shown)
-    rules = column_rules(schema, first_file.shown, field_map, key_column)
-    pieces = _plan(found, rules, key_column, storage_options)
+
+
+def _read_pieces(
+    pieces: list[TablePiece], files: list[TableFile], pool: Executor | None
+) -> tuple[Grouped, dict[str, tuple[int, int]], dict[str, str]]:
+    """Read the pieces (on ``pool`` when given) and merge them in plan order: the samples field-major,
+    each key's file and row, and each field's column."""
     grouped: Grouped = {}
     origins: dict[str, tuple[int, int]] = {}
     producers: dict[str, str] = {}  # field -> the column it came from
     with closing(in_order(read_table_piece, pieces, pool)) as results:
         for piece, rows in zip(pieces, results, strict=True):
-            _merge(piece, rows, grouped=grouped, origins=origins, producers=producers, files=found)
+            _merge(piece, rows, grouped=grouped, origins=origins, producers=producers, files=files)
+    return grouped, origins, producers
+
+
+def _features(
+    metadata: Mapping[bytes, bytes] | None, readme: str | None, files: list[TableFile]
+) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """The dataset's Hugging Face features as the manifest's ``source`` records them, from the schema's
+    metadata, else from the card's ``dataset_info`` (neither: nothing), and the class names they give
+    by column."""
     features = features_from_schema(metadata)
-    if key_column is not None:
-        key_rule = {"column": key_column}
-    else:
-        key_rule = {"rule": f"{{split}}/{{position in the split:0{KEY_DIGITS}d}}"}
-    fields = {rule.column: rule.field or _fields_of(rule.column, producers) for rule in rules}
-    details: dict[str, Any] = {"files": len(found), "key": key_rule, "fields": fields}
-    class_names: dict[str, list[str]] = {}
     if features is not None:
-        details["features"], details["features_from"] = features, "parquet schema metadata (huggingface)"
-        class_names = class_names_from_schema(features)
-    elif readme is not None and (info := card_dataset_info(readme, _config_of(found))) is not None:
-        details["features"], details["features_from"] = info.get("features"), "README.md dataset_info"
-        class_names = class_names_from_card(info)
-    by_field = {
-        rule.field: class_names[rule.column] for rule in rules if rule.column in class_names and rule.field
-    }
-    if by_field:
-        details["class_names"] = by_field
-    classes = None
+        recorded: dict[str, Any] = {
+            "features": features,
+            "features_from": "parquet schema metadata (huggingface)",
+        }
+        return recorded, class_names_from_schema(features)
+    if readme is not None and (info := card_dataset_info(readme, _config_of(files))) is not None:
+        recorded = {"features": info.get("features"), "features_from": "README.md dataset_info"}
+        return recorded, class_names_from_card(info)
+    return {}, {}
+
+
+def _key_rule(key_column: str | None) -> dict[str, str]:
+    """How the samples' keys were made, as the manifest records it."""
+    if key_column is not None:
+        return {"column": key_column}
+    return {"rule": f"{{split}}/{{position in the split:0{KEY_DIGITS}d}}"}
+
+
+def _classes(by_field: dict[str, list[str]]) -> tuple[str, ...] | None:
+    """The dataset's classes: the names of its one class-label field, or of ``cls`` among several."""
     if len(by_field) == 1 or "cls" in by_field:
-        classes = tuple(by_field.get("cls") or next(iter(by_field.values())))
-    splits = tuple(ordered_splits(f.split for f in found))
-    return TableScan(grouped, origins, tuple(found), splits, classes, details)
+        return tuple(by_field.get("cls") or next(iter(by_field.values())))
+    return None
 
 
 def _fields_of(column: str, producers: dict[str, str]) -> str:

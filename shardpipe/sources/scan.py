@@ -60,40 +60,18 @@ def scan_source(
     ``.csv``, ``.jsonl``, ``.parquet``...), else a folder (see the module docstring for a Parquet one).
     ``key_column`` and ``field_map`` describe a Parquet dataset (:mod:`shardpipe.sources.parquet_table`).
     """
-    if is_remote(src):
-        src = str(src)
-        is_tree, shown = not names_a_list(src), redact_url(src)
-    else:
-        src = Path(src)
-        if not src.exists():
-            raise DataError(f"source {src} does not exist")
-        is_tree, shown = src.is_dir(), str(src)
+    src, is_tree, shown = _located(src)
     if not is_tree and labels is not None:
         raise UsageError("labels apply to a directory tree; a file list carries its own label column")
     classes, ignored = None, 0
-    files: list[tuple[str, str]] | None = None
-    readme = top_split = None
     if is_tree:
-        store = open_store(src, storage_options=storage_options)
-        root = store.local_path()
-        grouped, ignored = list_tree(store) if root is None else scan_tree(root, pool=pool)
+        grouped, ignored = _list_tree(src, pool, storage_options)
         files = parquet_files(grouped)
-        if files is not None:
-            cell = readme_cell(grouped)
-            readme = None if cell is None else _read_text(cell, storage_options)
-            top_split = _saved_split(grouped, storage_options)
-        elif labels is not None:
-            classes = add_labels(labels, grouped, shown)
-    elif is_arrow(str(src)) or (
-        list_kind(str(src)) == "parquet" and is_parquet_table(str(src), storage_options)
-    ):
-        name = str(src).split("?", 1)[0].rsplit("/", 1)[-1]
-        files = [(name, str(src))]
+    else:
+        files = _table_file(str(src), storage_options)
     if files is not None:
-        if labels is not None:
-            raise UsageError("labels apply to a directory tree of files; a Parquet dataset has label columns")
-        if literal_fields:
-            raise UsageError("literal fields describe a file list of paths; a Parquet dataset holds values")
+        readme, top_split = _dataset_side_files(grouped, storage_options) if is_tree else (None, None)
+        _refuse_file_options(labels, literal_fields)
         found = scan_parquet_dataset(
             files,
             shown,
@@ -105,17 +83,75 @@ def scan_source(
             top_split=top_split,
         )
         return _table_scan(found, shown, skip_incomplete)
-    if key_column is not None or field_map:
-        what = "key column" if key_column is not None else "field mapping"
-        raise UsageError(
-            f"a {what} applies to a Parquet dataset; {shown} is a {'tree' if is_tree else 'file list'}"
-        )
+    if labels is not None:  # a tree's: a list's labels were refused above
+        classes = add_labels(labels, grouped, shown)
+    _refuse_dataset_options(key_column, field_map, shown, is_tree)
     if not is_tree:
         grouped = scan_file_list(
             src, literal_fields=literal_fields, storage_options=storage_options, pool=pool
         )
     table, skipped = _table(grouped, shown, skip_incomplete)
     return Scan(table, classes, skipped, ignored, "tree" if is_tree else "list")
+
+
+def _located(src: Path | str) -> tuple[Path | str, bool, str]:
+    """``src`` as a URL or a path that exists, whether it is a tree (a folder; a URL unless its name ends
+    like a list) and how messages show it (a URL without credentials)."""
+    if is_remote(src):
+        url = str(src)
+        return url, not names_a_list(url), redact_url(url)
+    path = Path(src)
+    if not path.exists():
+        raise DataError(f"source {path} does not exist")
+    return path, path.is_dir(), str(path)
+
+
+def _list_tree(
+    src: Path | str, pool: Executor | None, storage_options: Mapping[str, Any] | None
+) -> tuple[Grouped, int]:
+    """A tree's files by field and key, and how many were ignored: a local folder is scanned in place
+    (on ``pool``), a remote one listed through its store."""
+    store = open_store(src, storage_options=storage_options)
+    root = store.local_path()
+    return list_tree(store) if root is None else scan_tree(root, pool=pool)
+
+
+def _table_file(src: str, storage_options: Mapping[str, Any] | None) -> list[tuple[str, str]] | None:
+    """A file that is a dataset of its own (an Arrow file, or a Parquet file that is no list of paths)
+    as the one ``(name, location)`` of a Parquet dataset; None for a file list."""
+    if is_arrow(src) or (list_kind(src) == "parquet" and is_parquet_table(src, storage_options)):
+        name = src.split("?", 1)[0].rsplit("/", 1)[-1]
+        return [(name, src)]
+    return None
+
+
+def _dataset_side_files(
+    grouped: Grouped, storage_options: Mapping[str, Any] | None
+) -> tuple[str | None, str | None]:
+    """A Parquet tree's side files: its card's text, and the split a lone saved dataset names (each None
+    where there is none)."""
+    cell = readme_cell(grouped)
+    readme = None if cell is None else _read_text(cell, storage_options)
+    return readme, _saved_split(grouped, storage_options)
+
+
+def _refuse_file_options(labels: str | None, literal_fields: Iterable[str]) -> None:
+    """Options that describe a tree of files or a list of paths mean nothing to a Parquet dataset."""
+    if labels is not None:
+        raise UsageError("labels apply to a directory tree of files; a Parquet dataset has label columns")
+    if literal_fields:
+        raise UsageError("literal fields describe a file list of paths; a Parquet dataset holds values")
+
+
+def _refuse_dataset_options(
+    key_column: str | None, field_map: Mapping[str, str] | None, shown: str, is_tree: bool
+) -> None:
+    """Options that describe a Parquet dataset's columns mean nothing to a tree or a file list."""
+    if key_column is not None or field_map:
+        what = "key column" if key_column is not None else "field mapping"
+        raise UsageError(
+            f"a {what} applies to a Parquet dataset; {shown} is a {'tree' if is_tree else 'file list'}"
+        )
 
 
 def _saved_split(grouped: Grouped, storage_options: Mapping[str, Any] | None) -> str | None:

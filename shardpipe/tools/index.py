@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from shardpipe.errors import DataError, UsageError
-from shardpipe.formats import FORMAT_INFO, get_format
+from shardpipe.formats import FORMAT_INFO, Format, get_format
 from shardpipe.formats.layout import SampleLayout, ShardIndex, keys_checksum, shard_checksums
 from shardpipe.manifest import MANIFEST_NAME, Manifest, write_manifest
 from shardpipe.progress import Progress
@@ -60,14 +60,45 @@ def index(
     splits = find_shards(store, split_name)
     if not splits:
         raise DataError(f"no shards (*{', *'.join(SUFFIXES)}) in {store.display} or its subfolders")
+    fmt = get_format(_one_format(splits, store.display))
+    scanned = _scan_shards(store, fmt, splits, quiet)
+    fields = tuple(
+        sorted({name for *_, layouts, _, _, _ in scanned.values() for s in layouts for name in s.fields})
+    )
+    entries = {split: _write_indexes(store, keys, scanned, fields) for split, keys in splits.items()}
+    manifest = Manifest(
+        format=fmt.name,
+        fields=fields,
+        splits=entries,
+        split_rule={"method": "adopted: files directly in the folder form one split, each subfolder another"},
+        source={"kind": "adopted", "path": store.display},
+    )
+    write_manifest(store, manifest)  # last: the dataset is complete once it exists
+    return manifest
+
+
+_ScannedShard = tuple[int, int, str, list[SampleLayout], int, np.ndarray, str]
+"""One shard as scanned: samples, size, sha256, sample layouts, end of the last sample, sample checksums
+and the keys' checksum."""
+
+
+def _one_format(splits: dict[str, list[str]], display: str) -> str:
+    """The name of the one format of every shard found (by suffix): a manifest names a single format."""
     formats = {SUFFIXES[os.path.splitext(key)[1]] for keys in splits.values() for key in keys}
     if len(formats) > 1:
         raise DataError(
-            f"{store.display} mixes shard formats ({', '.join(sorted(formats))}); index one format per folder"
+            f"{display} mixes shard formats ({', '.join(sorted(formats))}); index one format per folder"
         )
-    fmt = get_format(formats.pop())
+    return formats.pop()
+
+
+def _scan_shards(
+    store: Store, fmt: Format, splits: dict[str, list[str]], quiet: bool
+) -> dict[str, _ScannedShard]:
+    """Every shard scanned, by key, in split order: a remote one fetched once into a temporary file,
+    everything its index and manifest entry need computed from it there."""
     progress = Progress("index", sum(len(k) for k in splits.values()), unit="shards", quiet=quiet)
-    scanned: dict[str, tuple[int, int, str, list[SampleLayout], int, np.ndarray, str]] = {}
+    scanned: dict[str, _ScannedShard] = {}
     for key in (key for keys in splits.values() for key in keys):
         with local_copy(store, key) as path:
             keys, layouts, end = fmt.scan(path)
@@ -83,29 +114,23 @@ def index(
             )
         progress.update(1, size)
     progress.close()
-    fields = tuple(
-        sorted({name for *_, layouts, _, _, _ in scanned.values() for s in layouts for name in s.fields})
-    )
-    entries: dict[str, ShardTable] = {}
-    for split, keys in splits.items():
-        split_entries = []
-        for key in keys:  # indexes are written once every shard is scanned: their columns are all fields
-            num_samples, size, sha256, layouts, end, checksums, of_keys = scanned[key]
-            index_data = ShardIndex.build(layouts, end, fields, checksums).to_bytes()
-            store.put(f"{key}.idx", index_data)
-            digest = hashlib.sha256(index_data).hexdigest()
-            entry = ShardEntry(key, num_samples, size, sha256, f"{key}.idx", digest, of_keys)
-            split_entries.append(entry)
-        entries[split] = ShardTable.of(split_entries)
-    manifest = Manifest(
-        format=fmt.name,
-        fields=fields,
-        splits=entries,
-        split_rule={"method": "adopted: files directly in the folder form one split, each subfolder another"},
-        source={"kind": "adopted", "path": store.display},
-    )
-    write_manifest(store, manifest)  # last: the dataset is complete once it exists
-    return manifest
+    return scanned
+
+
+def _write_indexes(
+    store: Store, keys: list[str], scanned: dict[str, _ScannedShard], fields: tuple[str, ...]
+) -> ShardTable:
+    """Write one split's indexes beside its shards; the split's manifest entries. Indexes are written
+    once every shard is scanned: their columns are all fields."""
+    split_entries = []
+    for key in keys:
+        num_samples, size, sha256, layouts, end, checksums, of_keys = scanned[key]
+        index_data = ShardIndex.build(layouts, end, fields, checksums).to_bytes()
+        store.put(f"{key}.idx", index_data)
+        digest = hashlib.sha256(index_data).hexdigest()
+        entry = ShardEntry(key, num_samples, size, sha256, f"{key}.idx", digest, of_keys)
+        split_entries.append(entry)
+    return ShardTable.of(split_entries)
 
 
 def _open(root: str | os.PathLike[str], storage_options: Mapping[str, Any] | None) -> Store:
