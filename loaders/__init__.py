@@ -11,9 +11,9 @@ Inside: :mod:`.dataset` (``ShardedDataset``, rank- and worker-aware), with :mod:
 is read) and :mod:`.skips` (samples skipped as unreadable, counted across workers), :mod:`.random_access`
 (``ShardedMapDataset``: any sample by position or key), :mod:`.mixture` (``Mixture``: several sources read
 as one, at exact proportions) and :mod:`.mixture_sources` (the checks that they can be), :mod:`.loader`
-(``make_loader``), :mod:`.reading` (reading a plan's samples), :mod:`.cache` (the per-node cache of remote
-shards), :mod:`.transfer` (batches handed from workers to the trainer cheaply) and :mod:`.distributed`
-(keeping distributed training honest).
+(``make_loader``), :mod:`.reading` (reading a plan's samples), :mod:`.images` (images decoded and cropped
+into batches), :mod:`.cache` (the per-node cache of remote shards), :mod:`.transfer` (batches handed from
+workers to the trainer cheaply) and :mod:`.distributed` (keeping distributed training honest).
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from loaders.distributed.sync import (
     guarded,
     validate_dataloader_sync,
 )
+from loaders.images.crops import CenterCrop, RandomResizedCrop
 from loaders.loader import ShardedLoader, make_loader
 from loaders.mixture import Mixture
 from loaders.monitor import InputMonitor
 from loaders.random_access import ShardedMapDataset
-from loaders.reading.images import CenterCrop, RandomResizedCrop
 from loaders.reading.source import RemoteOptions
 
 __all__ = [

@@ -12,7 +12,7 @@ import torch
 
 from loaders import CenterCrop, RandomResizedCrop, ShardedDataset, make_loader
 from loaders.batches import RaggedBytes, collate_samples
-from loaders.reading import device_crops
+from loaders.images import device_crops
 from loaders.reading.decode import DecodeContext, DecodeError
 from shardpipe import PackOptions, pack
 from testkit.photos import make_photos, truncated

@@ -17,9 +17,9 @@ from scipy.stats import ks_2samp
 
 from loaders import CenterCrop, RandomResizedCrop, ShardedDataset, make_loader
 from loaders.batches import RaggedBytes, collate_samples
+from loaders.images.crops import crop_draws as draws
+from loaders.images.crops import resized_crop_box
 from loaders.reading.decode import DecodeContext, DecodeError
-from loaders.reading.images import crop_draws as draws
-from loaders.reading.images import resized_crop_box
 from shardpipe import PackOptions, pack
 from testkit.photos import as_cmyk, as_grey, as_png, as_webp, exif_rotated, make_photos, photo_bytes
 

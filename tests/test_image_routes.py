@@ -15,10 +15,10 @@ from PIL import Image
 
 from loaders import CenterCrop, RandomResizedCrop
 from loaders.batches import RaggedBytes
-from loaders.reading import images, nvimgcodec
-from loaders.reading.decode import DecodeContext, DecodeError
-from loaders.reading.image_boxes import crop_draws, dct_scale
-from loaders.reading.image_routes import (
+from loaders.images import crops as images
+from loaders.images import nvimgcodec
+from loaders.images.boxes import crop_draws, dct_scale
+from loaders.images.routes import (
     REGION_MAX_SCALE,
     REGION_MAX_SCALED_AREA,
     Choice,
@@ -28,6 +28,7 @@ from loaders.reading.image_routes import (
     region_of,
     whole_box,
 )
+from loaders.reading.decode import DecodeContext, DecodeError
 from testkit.photos import (
     as_cmyk,
     as_grey,

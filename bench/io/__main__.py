@@ -182,7 +182,7 @@ def _check_device(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             "--device cuda: no CUDA device here (torch.cuda.is_available() is False); --device cpu runs "
             "the same code on nvImageCodec's CPU backend"
         )
-    from loaders.reading import nvimgcodec
+    from loaders.images import nvimgcodec
 
     if not nvimgcodec.available():
         p.error(

@@ -15,12 +15,12 @@ field and the labels as one int64 tensor under ``cls``, so the consumer costs th
 - ``shardpipe-pil``: shardpipe's per-sample path: a ``transform`` that Pillow-decodes the bytes and
   applies the same crop;
 - ``shardpipe-fused``: ``decode={"jpg": RandomResizedCrop(224), "cls": "cls"}``, the crop drawn before
-  decoding (``loaders.reading.images``), on ``make_loader``'s batch path;
+  decoding (``loaders.images.crops``), on ``make_loader``'s batch path;
 - ``shardpipe-fused-<PREPARED_MAX_SIDE>``: the same on the pack prepared with ``--image-max-side``
   ``PREPARED_MAX_SIDE`` (``bench.io.image_data``);
 - ``shardpipe-fused-device`` (``--device``): ``RandomResizedCrop(224, device=...)``: the workers ship the
   bytes and the draws, the trainer process decodes and crops each batch on the device
-  (``loaders.reading.device_crops``); :class:`TimedDeviceCrop` records that time.
+  (``loaders.images.device_crops``); :class:`TimedDeviceCrop` records that time.
 
 ``decode-limit`` (:mod:`bench.io.decode_limit`) is the fused crop alone, no loader: the ceiling of the last
 two. All shuffle as their users would; all take the same DataLoader settings.

@@ -1,6 +1,6 @@
 """The geometry and the draws of the image crops: boxes, DCT scales, EXIF orientations.
 
-Pure functions, shared by the crops decoded in the workers (:mod:`.images`) and those finished on a device
+Pure functions, shared by the crops decoded in the workers (:mod:`.crops`) and those finished on a device
 (:mod:`.device_crops`). The draws of one image come from ``SeedSequence`` over (seed, epoch, a hash of the
 key) and are taken before any decoder is chosen, so the route an image takes never changes its crop.
 """

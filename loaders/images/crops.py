@@ -9,7 +9,7 @@ turns a batch's image field into one ``uint8`` tensor ``(B, 3, size, size)``, de
    defaults (area in ``scale``, log-uniform aspect ratio in ``ratio``, ten tries, then a centre crop of
    the nearest allowed ratio), or, for evaluation, the centre ``size`` square of the image resized so its
    shorter side is ``resize``; the box is mapped back onto the pixels as stored;
-3. a route is chosen from the header and the box (:func:`~.image_routes.choose_route`; see
+3. a route is chosen from the header and the box (:func:`~.routes.choose_route`; see
    docs/design.md, "Images"): nvImageCodec decodes only the box's region of a JPEG (the batch's regions in
    one call), or Pillow decodes the whole image at the smallest DCT scale that keeps the box at least
    ``size`` pixels on each side (any format; the only route when nvImageCodec is not installed);
@@ -38,9 +38,8 @@ import numpy as np
 import torch
 from torch.nn.functional import interpolate
 
-from loaders.reading import device_crops, nvimgcodec
-from loaders.reading.decode import ColumnDecoder, DecodeContext, DecodeError
-from loaders.reading.image_boxes import (
+from loaders.images import device_crops, nvimgcodec
+from loaders.images.boxes import (
     QUARTER_TURNS,
     Box,
     crop_draws,
@@ -49,7 +48,7 @@ from loaders.reading.image_boxes import (
     stored_box,
     upright,
 )
-from loaders.reading.image_routes import (
+from loaders.images.routes import (
     Choice,
     Route,
     choose_route,
@@ -58,6 +57,7 @@ from loaders.reading.image_routes import (
     region_of,
     whole_box,
 )
+from loaders.reading.decode import ColumnDecoder, DecodeContext, DecodeError
 from loaders.transfer.collate import RaggedBytes
 
 __all__ = ["CenterCrop", "RandomResizedCrop", "crop_draws", "resized_crop_box"]

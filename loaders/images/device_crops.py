@@ -22,10 +22,10 @@ import numpy as np
 import torch
 from torch.nn.functional import interpolate
 
-from loaders.reading import nvimgcodec
+from loaders.images import nvimgcodec
+from loaders.images.boxes import QUARTER_TURNS, Box
+from loaders.images.routes import region_of, whole_box
 from loaders.reading.decode import DecodeContext, DecodeError
-from loaders.reading.image_boxes import QUARTER_TURNS, Box
-from loaders.reading.image_routes import region_of, whole_box
 from loaders.transfer.collate import RaggedBytes
 
 _FIELDS = 8  # left, top, right, bottom, orientation, flip, route, spare: float64 each

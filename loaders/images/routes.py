@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from loaders.reading.image_boxes import Box, dct_scale
+from loaders.images.boxes import Box, dct_scale
 
 REGION_MAX_SCALE = 2
 """At DCT scale 1 or 2 the region decode was faster for every crop measured (docs/design.md, "Images")."""

@@ -9,8 +9,9 @@ no dict per sample) and one for a sample (the per-sample path, taken when a ``tr
 callable is given). Both give the same values: ``cls`` and ``index`` one int64 tensor, parsed in one
 vectorised call; ``txt`` a list of ``str``; ``json`` a list of objects; ``npy`` and images a stacked tensor
 when the shapes agree (else a list). A :class:`ColumnDecoder` (the fused image crops of
-:mod:`.images`, or :func:`column_decoder` around a function of your own) takes the column, the batch's
-keys and a :class:`DecodeContext` (seed and epoch, for draws that must be the same on a resume).
+:mod:`loaders.images.crops`, or :func:`column_decoder` around a function of your own) takes the column,
+the batch's keys and a :class:`DecodeContext` (seed and epoch, for draws that must be the same on a
+resume).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 A window's spans are read together when the format can (all its shards in one pass, cut out in the
 window's permutation), else one reader call per run of spans in the same shard, then reordered. Under
-``on_error="skip"`` a failed read is retried shard by shard, and a failing shard span by span, down to the
-bad samples: each becomes a flagged copy of a readable sample of the same window, so a window keeps its
-length and every rank its step count. Under ``"raise"`` the first ``DataError`` propagates unchanged.
+``on_error="skip"`` a failed read goes to :mod:`.repair`, which finds the bad samples and replaces each, so
+a window keeps its length and every rank its step count. Under ``"raise"`` the first ``DataError``
+propagates unchanged.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import numpy as np
 from loaders.planning.planner import Run, Window
 from loaders.reading.columns import Columns
 from loaders.reading.readers import ShardReaders
+from loaders.reading.repair import Repair
 from shardpipe.errors import DataError
-from shardpipe.formats import bytecolumn
 from shardpipe.formats.landing import Landing
 from shardpipe.formats.terms import ColumnsOut
 
@@ -51,8 +51,12 @@ class WindowReader:
     """The batch size of the batch path: windows of large samples are read in pieces that end with batches."""
     scattered: bool = False
     """Windows of a few samples here and there (random access): landed whatever their size."""
-    _stand_in: list[Columns] = field(default_factory=list, init=False, repr=False, compare=False)
-    """The dataset's first readable sample, once a window without one needed it (:meth:`stand_in`)."""
+    _repair: Repair = field(init=False, repr=False, compare=False)
+    """What finds and replaces the bad samples of a window under ``on_error="skip"``."""
+
+    def __post_init__(self) -> None:
+        repair = Repair(self.readers, self.fields, self.shard_paths, self.count_errors)
+        object.__setattr__(self, "_repair", repair)  # a frozen dataclass's derived field
 
     def read(self, windows: Sequence[Window], skip: int) -> Iterator[Columns]:
         """Each window's columns in yield order, the first ``skip`` samples (consumed before a resume) left
@@ -107,65 +111,7 @@ class WindowReader:
         except DataError:
             if self.on_error == "raise":
                 raise
-        pieces: list[Columns] = []
-        bad: list[int] = []
-        first = 0
-        while first < len(runs):
-            last = first + 1
-            while last < len(runs) and runs[last].shard_index == runs[first].shard_index:
-                last += 1
-            group = runs[first:last]
-            try:
-                pieces.append(self._read_group(group))
-            except DataError:
-                if self.on_error == "raise":
-                    raise
-                for run in group:  # find the bad samples span by span
-                    self._read_run_skipping(pieces, run, bad)
-            first = last
-        columns = Columns.concat(self.fields, pieces)
-        if bad:
-            columns = self._replace_errors(columns, bad, runs)
-        return columns.take(order.tolist())
-
-    def _replace_errors(self, columns: Columns, bad: list[int], runs: Sequence[Run]) -> Columns:
-        """Each unreadable slot filled with a copy of a readable sample of the window, flagged as a pad;
-        where the window has none (a small window, or a mixture's small part of one, inside a damaged
-        stretch), with copies of :meth:`stand_in`, so that steps stay equal."""
-        unreadable = set(bad)
-        good = next((i for i in range(len(columns)) if i not in unreadable), None)
-        if good is None:
-            stand_in = self.stand_in()
-            if stand_in is None:
-                names = ", ".join(sorted({self.shard_paths[run.shard_index] for run in runs}))
-                raise DataError(
-                    f"every sample of a read window in {names} is unreadable, and so is the first sample "
-                    "of every shard; run `shardpipe verify`"
-                )
-            filled = stand_in.take([0] * len(columns))
-            filled.pads, filled.shards = [True] * len(columns), columns.shards
-            return filled
-        for i in bad:
-            columns.keys[i] = columns.keys[good]
-            columns.pads[i] = True
-        order = np.arange(len(columns))
-        order[bad] = good
-        for name in columns.names:
-            columns.fields[name] = bytecolumn.take(columns.fields[name], order)
-        return columns
-
-    def stand_in(self) -> Columns | None:
-        """The first sample of the first shard that reads it (``None`` if none does): what fills a window
-        none of whose samples can be read, the same whatever this reader read before, so a resumed run
-        fills it alike."""
-        if not self._stand_in:
-            for shard_index in range(len(self.shard_paths)):
-                try:
-                    self._stand_in.append(self._read_group([Run(shard_index, 0, 1, False)]))
-                    break
-                except DataError:
-                    continue
-        return self._stand_in[0] if self._stand_in else None
+        return self._repair.read(runs, skip=self.on_error == "skip").take(order.tolist())
 
     def _locate(self, window: Window) -> Landing | None:
         """Where the window's samples lie, to be landed (``ShardReaders.locate``); ``None`` under
@@ -195,42 +141,3 @@ class WindowReader:
             fields = codecs.decode_columns(keys, fields, names, indexes)
         pads = np.repeat([bool(run.is_pad) for run in runs], lengths)[order].tolist()
         return Columns(self.fields, keys, fields, pads, shard_of.tolist())
-
-    def _read_group(self, group: Sequence[Run]) -> Columns:
-        """The samples of spans of one shard, all or none."""
-        shard_index = group[0].shard_index
-        with self.readers.reading(shard_index) as reader:
-            keys, fields = reader.read_runs([(run.start, run.stop) for run in group], self.fields)
-        expected = sum(run.stop - run.start for run in group)
-        if len(keys) != expected:
-            raise DataError(
-                f"{self.shard_paths[shard_index]}: read {len(keys)} samples, expected {expected}; truncated? "
-                "run `shardpipe verify`"
-            )
-        if (codecs := self.readers.codecs) is not None:
-            indexes = [i for run in group for i in range(run.start, run.stop)]
-            fields = codecs.decode_columns(keys, fields, self.shard_paths[shard_index], indexes)
-        pads = [bool(run.is_pad) for run in group for _ in range(run.stop - run.start)]
-        return Columns(self.fields, keys, fields, pads, [shard_index] * len(pads))
-
-    def _read_run_skipping(self, pieces: list[Columns], run: Run, bad: list[int]) -> None:
-        """Read one span sample range by sample range, leaving a placeholder for each unreadable sample
-        (``bad`` gets its position in the window ``pieces`` make up)."""
-        shard_index, start, stop, is_pad = run
-        while start < stop:
-            try:
-                pieces.append(self._read_group([Run(shard_index, start, stop, is_pad)]))
-                return
-            except DataError as exc:
-                failed = getattr(exc, "sample_index", None)
-                failed = failed if failed is not None and start <= failed < stop else start
-                log.warning(
-                    "skipping unreadable sample %d of %s: %s", failed, self.shard_paths[shard_index], exc
-                )
-                self.count_errors(1)
-                if failed > start:  # the samples ahead of the bad one are good
-                    pieces.append(self._read_group([Run(shard_index, start, failed, is_pad)]))
-                bad.append(sum(map(len, pieces)))
-                names = self.fields
-                pieces.append(Columns(names, [""], {name: [b""] for name in names}, [True], [shard_index]))
-                start = failed + 1
