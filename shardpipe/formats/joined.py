@@ -90,39 +90,15 @@ def read_across(
         return None
     if not all_joinable(list(dict.fromkeys(reader for reader, _, _ in parts))):
         return None
-    rows, bases, sizes, counts = [], [], [], []
-    for reader, start, stop in parts:
-        index = reader.sliced_index
-        offsets = index.offsets
-        if not 0 <= start <= stop < len(offsets):
-            reader.check_bounds(start, stop)  # raises, naming the shard
-        base = offsets.item(start)
-        bases.append(base)
-        sizes.append(offsets.item(stop) - base)
-        counts.append(stop - start)
-        rows.append(index.table[start:stop])
-    total = sum(sizes)
-    if total > JOINED_BYTES:
+    rows, bases, sizes = _spans(parts)
+    if sum(sizes) > JOINED_BYTES:
         return None
-    view, at = buffer.view(total), 0
-    for (reader, start, stop), base, size in zip(parts, bases, sizes, strict=True):
-        if size and (got := reader.read_into(view[at : at + size], base)) != size:
-            offsets = reader.sliced_index.offsets[start : stop + 1]
-            cut = start + int(np.searchsorted(offsets, base + got, side="right")) - 1  # the one it cuts
-            raise CorruptShardError.at(
-                reader.shard, "file ends inside the sample", sample_index=cut, offset=base + got
-            )
-        at += size
-    run_counts, run_sizes = np.array(counts, np.int64), np.array(sizes, np.int64)
-    positions = np.cumsum(run_sizes) - run_sizes  # where each part starts in the buffer
-    run_of = np.repeat(np.arange(len(parts)), run_counts)
-    shift = (positions - np.array(bases, np.int64))[run_of]
+    view = _read_parts(parts, bases, sizes, buffer)
+    counts = np.array([stop - start for _, start, stop in parts], np.int64)
     table = np.concatenate(rows)
-    ends = np.empty(len(table), np.int64)  # in the buffer: where the next sample of the part begins,
-    ends[:-1] = table[1:, OFFSET].astype(np.int64) + shift[1:]
-    nonempty = run_counts > 0  # or, for a part's last sample, where the part ends
-    ends[np.cumsum(run_counts)[nonempty] - 1] = (positions + run_sizes)[nonempty]
-    firsts = np.cumsum(run_counts) - run_counts
+    run_of = np.repeat(np.arange(len(parts)), counts)  # each sample's part
+    shift, ends = _placed(table, counts, run_of, np.array(bases, np.int64), np.array(sizes, np.int64))
+    firsts = np.cumsum(counts) - counts
 
     def locate(i: int) -> tuple[str, int]:
         run = int(run_of[i])
@@ -141,3 +117,52 @@ def read_across(
         locate=locate,
         order=order,
     )
+
+
+def _placed(
+    table: np.ndarray, counts: np.ndarray, run_of: np.ndarray, bases: np.ndarray, sizes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where the samples of ``table`` (the parts' index rows: ``counts[p]`` of part p, sample i of part
+    ``run_of[i]``, whose bytes ``[bases[p], bases[p] + sizes[p])`` lie end to end in the buffer) lie in the
+    buffer: each sample's shift from its file offsets, and where it ends (the next sample of its part, or
+    the part's end)."""
+    positions = np.cumsum(sizes) - sizes  # where each part starts in the buffer
+    shift = (positions - bases)[run_of]
+    ends = np.empty(len(table), np.int64)
+    ends[:-1] = table[1:, OFFSET].astype(np.int64) + shift[1:]
+    nonempty = counts > 0
+    ends[np.cumsum(counts)[nonempty] - 1] = (positions + sizes)[nonempty]
+    return shift, ends
+
+
+def _spans(parts: Sequence[tuple[Joinable, int, int]]) -> tuple[list[np.ndarray], list[int], list[int]]:
+    """Each part's index rows, the byte its samples start at and their bytes; raises naming the shard of
+    a part that asks for samples it does not hold."""
+    rows, bases, sizes = [], [], []
+    for reader, start, stop in parts:
+        index = reader.sliced_index
+        offsets = index.offsets
+        if not 0 <= start <= stop < len(offsets):
+            reader.check_bounds(start, stop)  # raises, naming the shard
+        base = offsets.item(start)
+        bases.append(base)
+        sizes.append(offsets.item(stop) - base)
+        rows.append(index.table[start:stop])
+    return rows, bases, sizes
+
+
+def _read_parts(
+    parts: Sequence[tuple[Joinable, int, int]], bases: Sequence[int], sizes: Sequence[int], buffer: ReadBuffer
+) -> memoryview:
+    """Every part's bytes end to end in ``buffer``; a file that ends inside a part names the sample it
+    cuts."""
+    view, at = buffer.view(sum(sizes)), 0
+    for (reader, start, stop), base, size in zip(parts, bases, sizes, strict=True):
+        if size and (got := reader.read_into(view[at : at + size], base)) != size:
+            offsets = reader.sliced_index.offsets[start : stop + 1]
+            cut = start + int(np.searchsorted(offsets, base + got, side="right")) - 1  # the one it cuts
+            raise CorruptShardError.at(
+                reader.shard, "file ends inside the sample", sample_index=cut, offset=base + got
+            )
+        at += size
+    return view
