@@ -7,8 +7,9 @@ rest has its own public home:
 :mod:`loaders.batches` (what a batch is made of), :mod:`loaders.monitor` (``EpochStats``). Their old
 names here still import, with a ``DeprecationWarning`` naming the new place, for one release.
 
-Inside: :mod:`.dataset` (``ShardedDataset``, rank- and worker-aware), with :mod:`.options` (how a split
-is read) and :mod:`.skips` (samples skipped as unreadable, counted across workers), :mod:`.random_access`
+Inside: :mod:`.planned` (what every dataset read by plan shares: epochs, equal steps, saved state),
+:mod:`.dataset` (``ShardedDataset``, rank- and worker-aware), with :mod:`.options` (how a split is read)
+and :mod:`.skips` (samples skipped as unreadable, counted across workers), :mod:`.random_access`
 (``ShardedMapDataset``: any sample by position or key), :mod:`.mixture` (``Mixture``: several sources read
 as one, at exact proportions) and :mod:`.mixture_sources` (the checks that they can be), :mod:`.loader`
 (``make_loader``), :mod:`.reading` (reading a plan's samples), :mod:`.images` (images decoded and cropped

@@ -1,4 +1,4 @@
-"""``make_loader``: a DataLoader over a ShardedDataset that keeps epochs, steps and resumes honest.
+"""``make_loader``: a DataLoader over a ShardedDataset or Mixture that keeps epochs, steps and resumes honest.
 
 It aligns the workers' shares to whole batches (so ``len(loader)`` is exact and equal on every rank),
 collates raw bytes into one buffer per field and batch, sends small batches several to a worker message
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from loaders.dataset import ShardedDataset
+from loaders.planned import PlannedDataset
 from loaders.planning.position import PassProgress
 from loaders.reading.decode import ColumnDecoder, DecodeContext, DecodeError
 from loaders.transfer.chunks import interleave
@@ -45,7 +45,7 @@ class ShardedLoader(DataLoader[Any]):
 
     def __init__(
         self,
-        dataset: ShardedDataset,
+        dataset: PlannedDataset,
         batch_size: int,
         *,
         enlarge_pipe: bool = True,
@@ -175,7 +175,7 @@ def _forward(batch: Any) -> Any:
     return batch
 
 
-def finish_batch(batch: Any, finishing: dict[str, ColumnDecoder], dataset: ShardedDataset) -> Any:
+def finish_batch(batch: Any, finishing: dict[str, ColumnDecoder], dataset: PlannedDataset) -> Any:
     """A batch's fields whose decoders finish in the trainer process (device crops), finished; a sample
     that fails there is named, or, under ``on_error="skip"``, flagged as a pad and counted."""
     context = DecodeContext(skip=dataset.options.on_error == "skip")
@@ -197,7 +197,7 @@ def finish_batch(batch: Any, finishing: dict[str, ColumnDecoder], dataset: Shard
     return batch
 
 
-def expected_batch_bytes(dataset: ShardedDataset, batch_size: int) -> float:
+def expected_batch_bytes(dataset: PlannedDataset, batch_size: int) -> float:
     """A batch's bytes as the manifest predicts them (shard bytes per sample, framing included), plus what
     decoders that produce a fixed size add (an image crop's pixels, which dwarf a small JPEG)."""
     decoded = sum(getattr(d.column, "output_bytes", 0) for d in dataset.decoders.values())
@@ -231,7 +231,7 @@ def _warn_pipe_once(exc: Exception) -> None:
 
 
 def make_loader(
-    dataset: ShardedDataset,
+    dataset: PlannedDataset,
     batch_size: int,
     num_workers: int = 2,
     *,

@@ -1,6 +1,7 @@
 """``Mixture``: several ``ShardedDataset`` sources read as one, at exact proportions, usable wherever a
 ``ShardedDataset`` is (``make_loader``, ``set_epoch``, ``state_dict`` / ``load_state_dict``, the sync
-checks, the monitor).
+checks, the monitor): both are a :class:`~loaders.planned.PlannedDataset`, and a mixture reads each
+source through that source's own readers.
 
 The epoch's sequence comes from the pure mixture planner (``loaders.planning.mixture``): exact per-source
 counts, a low-discrepancy schedule, and each source's own reshuffled passes continued across epochs. Ranks,
@@ -21,6 +22,8 @@ import numpy as np
 
 from loaders.dataset import ShardedDataset
 from loaders.mixture_sources import checked_sources
+from loaders.options import ReadOptions
+from loaders.planned import PlannedDataset
 from loaders.planning.elastic import Segment
 from loaders.planning.mixture import (
     SourceTable,
@@ -42,15 +45,12 @@ from loaders.planning.planner import (
     num_samples,
     window_permutation,
 )
-from loaders.planning.position import Position
 from loaders.planning.stream import Samples, spans_of
 from loaders.planning.weights import EpochMix, WeightSchedule, epoch_mix, epoch_weights
 from loaders.reading.columns import Columns
 from loaders.reading.mixed import by_source, read_order
 from loaders.reading.mixed_landing import SourcePart, land_pieces
-from loaders.reading.readers import ShardReaders
 from loaders.reading.windows import OnError, WindowReader, piece_ends
-from loaders.skips import SkipCounts
 from shardpipe.errors import DataError
 from shardpipe.shardtable import ShardTable
 
@@ -58,7 +58,7 @@ Locate = Callable[[int, int, int], Runs]
 """``(source, begin, end) -> rows``: a source's real rows for a stretch of its global cursor."""
 
 
-class Mixture(ShardedDataset):
+class Mixture(PlannedDataset):
     """Samples of several sources at fixed proportions; each sample dict also holds ``__source__``.
 
     ``weights`` map each source name to a fraction (normalised) or an int (an absolute count per epoch);
@@ -93,13 +93,11 @@ class Mixture(ShardedDataset):
         if not isinstance(per_batch, bool):
             raise TypeError(f"per_batch must be a bool, got {per_batch!r}")
         self.names: tuple[str, ...] = tuple(sources)
-        self.root = f"the mixture of {', '.join(self.names)}"  # how messages name it
         self.datasets: tuple[ShardedDataset, ...] = datasets
         self.weights, self.samples_per_epoch, self.per_batch = weights, samples_per_epoch, per_batch
         self.sizes = tuple(int(d.shard_sizes.sum()) for d in datasets)
-        self.fields: tuple[str, ...] = first.fields
         on_error: OnError = "skip" if all(d.options.on_error == "skip" for d in datasets) else "raise"
-        self.options = type(first.options)(
+        options = ReadOptions(
             split="+".join(f"{n}:{d.options.split}" for n, d in zip(self.names, datasets, strict=True)),
             shuffle=first.options.shuffle,
             seed=seed,
@@ -110,25 +108,24 @@ class Mixture(ShardedDataset):
             on_error=on_error,
             check=first.options.check,
         )
-        self.shards = ShardTable.concat([d.shards for d in datasets])
-        self.shard_sizes = self.shards.num_samples
+        super().__init__(
+            root=f"the mixture of {', '.join(self.names)}",
+            options=options,
+            shards=ShardTable.concat([d.shards for d in datasets]),
+            world=(first.rank, first.world_size),
+            fields=first.fields,
+            decoders=first.decoders,
+            transform=first.transform,
+        )
         block_sizes = [d.options.block_size for d in datasets]
         self._sources = SourceTable.of(
             [d.shard_sizes for d in datasets], block_sizes, first.options.shuffle, seed
         )
         self.shard_offsets = tuple(int(x) for x in np.cumsum([0, *(len(d.shards) for d in datasets)])[:-1])
-        self.rank, self.world_size = first.rank, first.world_size
-        self.decoders, self.transform = first.decoders, first.transform
-        self.position = Position()
-        self.skips = SkipCounts()
-        self._readers = self._new_readers()
         self._mixes: dict[int, EpochMix] = {}
         self._origin: tuple[int, tuple[int, ...]] | None = None  # (epoch, cursors) of a changed mix
         for epoch in range(len(weights) if isinstance(weights, Sequence) else 1):
             self.mix(epoch)  # checks every listed epoch's weights now, not in a worker
-
-    def _new_readers(self) -> ShardReaders:
-        return self.datasets[0]._readers  # each source reads through its own; this one is never used
 
     # ---- the plan ------------------------------------------------------------------------------------------
     def mix(self, epoch: int) -> EpochMix:
@@ -283,7 +280,7 @@ class Mixture(ShardedDataset):
         count_errors = self.skips.adder(worker_index)
         readers = [
             WindowReader(
-                readers=d._readers,
+                readers=d.readers,
                 fields=self.fields,
                 shard_paths=d.shards.paths,
                 on_error=d.options.on_error,
@@ -358,7 +355,7 @@ class Mixture(ShardedDataset):
             parts.append(
                 SourcePart(
                     source,
-                    d._readers,
+                    d.readers,
                     runs,
                     order[mine] - (first - count),
                     np.flatnonzero(mine),

@@ -15,7 +15,7 @@ def checked_sources(sources: Mapping[str, ShardedDataset]) -> tuple[ShardedDatas
     for name, dataset in sources.items():
         if not isinstance(name, str) or not name:
             raise ValueError(f"source names must be non-empty strings, got {name!r}")
-        if not isinstance(dataset, ShardedDataset) or hasattr(dataset, "datasets"):  # no mixture of mixtures
+        if not isinstance(dataset, ShardedDataset):  # a Mixture is not one: no mixture of mixtures
             raise TypeError(f"source {name!r} must be a ShardedDataset, got {type(dataset).__name__}")
         if sum(dataset.shard_sizes) == 0:
             raise ValueError(
