@@ -4,7 +4,8 @@ Each format module holds its writer and its reader (:mod:`.tar`, :mod:`.lmdb`, :
 exposes one ``FORMAT`` object; :func:`get_format` imports only the module asked for, so a pack pays for
 its own format's libraries, not everyone's.
 
-Inside, imports point one way: the leaves (:mod:`.terms`, the shared words; :mod:`.readbuffer`), then
+Inside, imports point one way: the leaves (:mod:`.terms`, the shared words; :mod:`.readbuffer`;
+:mod:`.checksums`, the per-sample checksum and the one check of many samples), then
 the columns (:mod:`.bytecolumn`), the index (:mod:`.layout`) and the slicing by it (:mod:`.cutting`), then
 the interface (:mod:`.base`) and the readers and writers built on it, with their parts: :mod:`.landing`
 (samples read straight into their batches' columns, every byte checked), :mod:`.mapped` (large samples landed

@@ -17,6 +17,7 @@ import numpy as np
 
 from shardpipe.errors import CorruptShardError
 from shardpipe.formats.bytecolumn import ByteColumn, gather, texts
+from shardpipe.formats.checksums import first_mismatch
 from shardpipe.formats.layout import (
     CHECKSUM,
     KEY_START,
@@ -25,7 +26,6 @@ from shardpipe.formats.layout import (
     OFFSET,
     PARSE,
     ShardIndex,
-    checksum,
 )
 from shardpipe.formats.terms import ColumnsOut
 
@@ -37,12 +37,11 @@ then plain Python, which is what a span of a few samples can afford."""
 def check_spans(view: memoryview, rows: Rows, start: int, base: int, shard: str) -> None:
     """Raise naming the first sample of ``rows`` (sample ``start`` first; ``view`` holds the file from byte
     ``base``) whose bytes differ from its checksum. ``rows`` must come from a version-2 index."""
-    for i in range(len(rows) - 1):
-        row, a = rows[i], rows[i][OFFSET] - base
-        if checksum(view[a : rows[i + 1][OFFSET] - base]) != row[CHECKSUM]:
-            raise CorruptShardError.at(
-                shard, "sample bytes differ from their checksum", sample_index=start + i, offset=base + a
-            )
+    begins = [row[OFFSET] - base for row in rows]
+    bad = first_mismatch(view, begins[:-1], begins[1:], [row[CHECKSUM] for row in rows[:-1]])
+    if bad is not None:
+        detail = "sample bytes differ from their checksum"
+        raise CorruptShardError.at(shard, detail, sample_index=start + bad, offset=base + begins[bad])
 
 
 def is_plain(rows: Rows) -> bool:
@@ -123,14 +122,9 @@ def cut_rows(
         return offsets
 
     if verified and len(rows):
-        begin = at(OFFSET).tolist()
-        sums = np.fromiter(
-            (checksum(view[a:b]) for a, b in zip(begin, ends.tolist(), strict=True)), np.uint64, len(rows)
-        )
-        bad = np.flatnonzero(sums != rows[:, CHECKSUM])
-        if len(bad):
-            i = int(bad[0])
-            raise corrupt(i, "sample bytes differ from their checksum", int(rows[i, OFFSET]))
+        bad = first_mismatch(view, at(OFFSET).tolist(), ends.tolist(), rows[:, CHECKSUM])
+        if bad is not None:
+            raise corrupt(bad, "sample bytes differ from their checksum", int(rows[bad, OFFSET]))
     keys = texts(view, at(KEY_START), at(KEY_STOP), order)
     if keys is None:
         keys = []

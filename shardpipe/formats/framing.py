@@ -27,6 +27,7 @@ import xxhash
 from shardpipe.errors import DataError
 from shardpipe.formats import bytecolumn
 from shardpipe.formats.bytecolumn import ByteColumn
+from shardpipe.formats.checksums import checksum, first_mismatch
 from shardpipe.formats.landing import Spans
 from shardpipe.formats.terms import Column, ColumnsOut, Fields
 
@@ -132,7 +133,7 @@ def decode(record: bytes | memoryview, *, version: int = VERSION, check: bool = 
     view = record if isinstance(record, memoryview) else memoryview(record)
     names, lengths, pos, end = _header(view, version)
     # Hashed first, in one call where the record lies; the copies below then read it from the CPU cache.
-    if check and version >= 2 and xxhash.xxh3_64_intdigest(view[:end]) != _CHECKSUM.unpack_from(view, end)[0]:
+    if check and version >= 2 and checksum(view[:end]) != _CHECKSUM.unpack_from(view, end)[0]:
         raise FramingError("record bytes differ from their checksum")
     key_end = pos + lengths[0]
     fields: Fields = {}
@@ -325,10 +326,9 @@ def _decode_joined(
     ):
         return None
     if check and version >= 2:
-        ends, digest = bounds[1:] - tail, xxhash.xxh3_64_intdigest
+        ends = bounds[1:] - tail
         stored = data[ends[:, None] + np.arange(tail)].copy().view("<u8")[:, 0]
-        spans = zip(starts.tolist(), ends.tolist(), strict=True)
-        if not (np.fromiter((digest(view[a:b]) for a, b in spans), np.uint64, len(sizes)) == stored).all():
+        if first_mismatch(view, starts.tolist(), ends.tolist(), stored) is not None:
             return None
     cuts = np.empty((len(sizes), count + 1), dtype=np.int64)
     cuts[:, 0] = starts + header

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-import xxhash
 
 from shardpipe.errors import CorruptShardError
 from shardpipe.formats.bytecolumn import ByteColumn, packed
+from shardpipe.formats.checksums import checksum, first_mismatch
 from shardpipe.formats.terms import ColumnsOut
 
 LANDED_MIN_BYTES = 8192
@@ -178,7 +178,7 @@ def land(
     sources = spans.sources
     sizes = spans.stops - spans.starts  # (n, k)
     fields: dict[str, ByteColumn] = {}
-    digest = xxhash.xxh3_64_intdigest
+    digest = checksum
     digests: list[int] | None = None
     for j in np.flatnonzero(landed).tolist():
         if into is not None and names[j] in into:
@@ -202,12 +202,13 @@ def land(
                 view[to : to + stop - start] = source[start:stop]
     if spans.checksums is not None:
         if digests is None:
-            checked = zip(sources, spans.begins.tolist(), spans.ends.tolist(), strict=True)
-            digests = [digest(source[begin:end]) for source, begin, end in checked]
-        bad = np.flatnonzero(np.array(digests, np.uint64) != spans.checksums)
-        if len(bad):
-            shard, sample = locate(int(bad[0]))
-            detail, offset = "sample bytes differ from their checksum", int(spans.begins[bad[0]])
+            bad = first_mismatch(sources, spans.begins.tolist(), spans.ends.tolist(), spans.checksums)
+        else:  # hashed while copying
+            mismatched = np.flatnonzero(np.array(digests, np.uint64) != spans.checksums)
+            bad = int(mismatched[0]) if len(mismatched) else None
+        if bad is not None:
+            shard, sample = locate(bad)
+            detail, offset = "sample bytes differ from their checksum", int(spans.begins[bad])
             raise CorruptShardError.at(shard, detail, sample_index=sample, offset=offset)
     for j in np.flatnonzero(~landed).tolist():
         values = zip(sources, spans.starts[:, j].tolist(), spans.stops[:, j].tolist(), strict=True)

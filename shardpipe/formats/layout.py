@@ -30,11 +30,9 @@ import numpy as np
 import xxhash
 
 from shardpipe.errors import DataError
+from shardpipe.formats.checksums import checksum
 from shardpipe.formats.terms import INDEX_VERSION, INDEX_VERSIONS, Span
 from shardpipe.storage.files import read_regular
-
-checksum = xxhash.xxh3_64_intdigest
-"""The per-sample checksum named by ``CHECKSUM_NAME``."""
 
 
 class KeysChecksum:
