@@ -18,13 +18,14 @@ used. Its old name ``summarize``, and ``index_folder`` for ``index``, still work
 Names load on first use: ``import loaders`` (which reads shards through :mod:`shardpipe.formats`) does not
 load the pack stage, and the ``shardpipe`` command sets its process up before numpy loads.
 
-Inside: :mod:`.packing` (the pack stage), :mod:`.sources` (what a pack reads: a tree, a file list or a Parquet
-dataset), :mod:`.tools` (verify, index, inspect) and :mod:`.cli` (the ``shardpipe`` command); :mod:`.manifest`
-(the contract between the pack stage and the loaders) and :mod:`.shardtable` (a split's shard table, as Arrow
-columns), :mod:`.formats` (the shard formats), :mod:`.storage` (a local folder or an object-store prefix,
-behind one interface), :mod:`.errors` (the project's exception types), :mod:`.units` (sizes as people write
-them), :mod:`.progress` (progress on long work, on a terminal or in logs), :mod:`.process_settings` (settings
-a pack process applies to itself for speed) and :mod:`.version` (the package version, in one place).
+Inside: :mod:`.packing` (the pack stage), :mod:`.sources` (what a pack reads: a tree, a file list or a
+Parquet dataset), :mod:`.tools` (verify, index, inspect) and :mod:`.cli` (the ``shardpipe`` command);
+:mod:`.manifest` (the contract between the pack stage and the loaders; its JSON read field by field in
+:mod:`.manifest_json`) and :mod:`.shardtable` (a split's shard table, as Arrow columns), :mod:`.formats`
+(the shard formats), :mod:`.storage` (a local folder or an object-store prefix, behind one interface),
+:mod:`.errors` (the project's exception types), :mod:`.units` (sizes as people write them),
+:mod:`.progress` (progress on long work, on a terminal or in logs), :mod:`.process_settings` (settings a
+pack process applies to itself for speed) and :mod:`.version` (the package version, in one place).
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ still read, without per-sample checks, and say so once in the log. Anything malf
 types, totals that disagree with the shards, a path that leaves the dataset) raises :class:`DataError`
 naming the file.
 
-Part of the shared core (``shardpipe.manifest``, ``.shardtable``, ``.errors``, ``.formats``, ``.storage``,
+Its JSON is read field by field in :mod:`shardpipe.manifest_json`. Part of the shared core
+(``shardpipe.manifest``, ``.manifest_json``, ``.shardtable``, ``.errors``, ``.formats``, ``.storage``,
 ``.units``), which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it
 imports neither of them, nor the sources, tools or CLI (the import-linter contracts in pyproject.toml, run
 by ``make lint``).
@@ -39,9 +40,20 @@ from typing import Any
 import pyarrow as pa
 
 from shardpipe.errors import DataError
-from shardpipe.formats import FORMAT_INFO, FORMAT_NAMES
+from shardpipe.formats import FORMAT_INFO
 from shardpipe.formats.compression import FieldCodec
-from shardpipe.formats.terms import CHECKSUM_NAME, INDEX_VERSION, INDEX_VERSIONS
+from shardpipe.formats.terms import CHECKSUM_NAME, INDEX_VERSION
+from shardpipe.manifest_json import (
+    DIGEST_KEY,
+    UnsupportedVersionError,
+    check_requires,
+    compression_of,
+    content_digest,
+    fields_of,
+    format_of,
+    index_layout,
+    readable_version,
+)
 from shardpipe.shardtable import (
     TABLE_SUFFIX,
     ShardEntry,
@@ -56,12 +68,8 @@ from shardpipe.version import __version__
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
 PLAIN_VERSION = 2
 """The version of a manifest whose pack requires no feature: readable by every release since version 2."""
-KNOWN_FEATURES = ("compression", "shard_table")
-"""Features a pack may require (``requires``) that this shardpipe reads."""
-DIGEST_KEY = "content_sha256"
 log = logging.getLogger("shardpipe")
 _warned_v1: set[str] = set()
 
@@ -164,17 +172,17 @@ class Manifest:
         what is wrong (:func:`load_manifest` turns them into a :class:`DataError` naming the file).
         ``open_table(path, sha256)`` reads a split's shard table file (:func:`read_manifest` passes one)."""
         expect(data, dict, "the manifest")
-        version = _readable_version(data)
-        fmt = _format(data)
-        fields = _fields(data)
+        version = readable_version(data)
+        fmt = format_of(data)
+        fields = fields_of(data)
         classes = data.get("classes")
         if classes is not None and not all(isinstance(c, str) for c in expect(classes, list, "classes")):
             raise ValueError("classes must be names")
         listed = expect(data["splits"], dict, "splits")
-        index_version, checksum = _index_layout(data) if version >= 2 else (1, None)
-        compression = _compression(data, fields)
+        index_version, checksum = index_layout(data) if version >= 2 else (1, None)
+        compression = compression_of(data, fields)
         tables = any(isinstance(split, dict) and "table" in split for split in listed.values())
-        _check_requires(data, version, {"compression": bool(compression), "shard_table": tables})
+        check_requires(data, version, {"compression": bool(compression), "shard_table": tables})
         splits = {  # last: a split's table file is read only once the manifest asks for nothing unknown
             expect(name, str, "a split name"): _split(
                 split, name, needs_index=FORMAT_INFO[fmt].needs_index, open_table=open_table
@@ -198,99 +206,6 @@ class Manifest:
             job=expect(data.get("job", {}), dict, "job"),
             skipped=expect(data.get("skipped", {}), dict, "skipped"),
         )
-
-
-class _UnsupportedVersionError(ValueError):
-    """A manifest version this shardpipe cannot read: said as is, not as "malformed"."""
-
-
-def _check_requires(data: dict[str, Any], version: int, recorded: dict[str, bool]) -> None:
-    """A version-3 manifest lists what its pack requires: refuse a feature this shardpipe does not know,
-    and a list that disagrees with what the manifest records (a hand edit)."""
-    if version < 3:  # packs compressed before version 3 existed record compression alone
-        if recorded["shard_table"]:
-            raise ValueError("a shard table file needs manifest version 3, which lists it in requires")
-        return
-    required = expect(data.get("requires"), list, "requires")
-    if unknown := [feature for feature in required if feature not in KNOWN_FEATURES]:
-        raise _UnsupportedVersionError(
-            f"this pack requires {', '.join(map(repr, unknown))}, which this shardpipe cannot read "
-            f"(it knows {', '.join(KNOWN_FEATURES)}); upgrade shardpipe"
-        )
-    for feature, present in recorded.items():
-        if (feature in required) != present:
-            raise ValueError(
-                f"requires {required!r} disagrees with the {feature} it records "
-                f"({'some' if present else 'none'}): the manifest was edited; repack"
-            )
-
-
-def _readable_version(data: dict[str, Any]) -> int:
-    """The manifest's version, one this shardpipe reads, its digest checked from version 2 on (damage to
-    the manifest itself is an error, not silently different data)."""
-    version = data.get("manifest_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version not in READABLE_VERSIONS:
-        raise _UnsupportedVersionError(
-            f"manifest version {version!r} is not supported (this shardpipe reads "
-            f"{', '.join(map(str, READABLE_VERSIONS))}); repack with this shardpipe or upgrade it"
-        )
-    if version >= 2 and data.get(DIGEST_KEY) != content_digest(data):
-        raise ValueError(f"its {DIGEST_KEY} does not match its content (damaged or edited by hand)")
-    return version
-
-
-def _format(data: dict[str, Any]) -> str:
-    """The shards' format, one this shardpipe knows."""
-    fmt: str = expect(data["format"], str, "format")
-    if fmt not in FORMAT_NAMES:
-        raise ValueError(f"format {fmt!r} is not one of {', '.join(FORMAT_NAMES)}")
-    return fmt
-
-
-def _fields(data: dict[str, Any]) -> tuple[str, ...]:
-    """The samples' fields: distinct non-empty names."""
-    fields = tuple(expect(data["fields"], list, "fields"))
-    if not all(isinstance(name, str) and name for name in fields) or len(set(fields)) != len(fields):
-        raise ValueError(f"fields {list(fields)!r} must be distinct non-empty names")
-    return fields
-
-
-def _index_layout(data: dict[str, Any]) -> tuple[int, str | None]:
-    """A version-2 or later manifest's ``index_version`` and ``sample_checksum``, each one this
-    shardpipe reads."""
-    index_version = data["index_version"]
-    if (
-        not isinstance(index_version, int)
-        or isinstance(index_version, bool)
-        or index_version not in INDEX_VERSIONS
-    ):
-        readable = " or ".join(map(str, INDEX_VERSIONS))
-        raise ValueError(f"index_version {index_version!r} is not {readable}")
-    checksum = data["sample_checksum"]
-    if checksum not in (CHECKSUM_NAME, None):
-        raise ValueError(f"sample_checksum {checksum!r} is not {CHECKSUM_NAME!r}")
-    return index_version, checksum
-
-
-def _compression(data: dict[str, Any], fields: tuple[str, ...]) -> dict[str, FieldCodec]:
-    """The codecs of the fields stored compressed: each names one of ``fields``, its dictionary (if any)
-    a path inside the dataset."""
-    compression = {
-        name: FieldCodec.from_json(codec, name)
-        for name, codec in expect(data.get("compression", {}), dict, "compression").items()
-    }
-    if unknown := [name for name in compression if name not in fields]:
-        raise ValueError(f"compression names {unknown[0]!r}, not one of the fields")
-    for name, codec in compression.items():
-        if codec.dictionary is not None:
-            check_inside(codec.dictionary, f"the dictionary of field {name!r}")
-    return compression
-
-
-def content_digest(data: dict[str, Any]) -> str:
-    """sha256 of a manifest's JSON content without its own digest, independent of key order and spacing."""
-    content = {key: value for key, value in data.items() if key != DIGEST_KEY}
-    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 OpenTable = Callable[[str, str], ShardTable]
@@ -401,7 +316,7 @@ def manifest_from_text(text: str, where: str, open_table: OpenTable | None = Non
         raise DataError(f"cannot read manifest {where}: {exc}") from exc
     try:
         return Manifest.from_json(data, open_table)
-    except _UnsupportedVersionError as exc:
+    except UnsupportedVersionError as exc:
         raise DataError(f"manifest {where}: {exc}") from None
     except KeyError as exc:
         raise DataError(f"manifest {where} is malformed: missing entry {exc}") from None
