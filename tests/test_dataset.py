@@ -265,3 +265,20 @@ class _FreezeProbe(torch.utils.data.IterableDataset[int]):
     def __iter__(self) -> Iterator[int]:
         next(iter(self.dataset))
         yield gc.get_freeze_count()
+
+
+def test_a_dropped_dataset_closes_its_shards_without_the_garbage_collector(tmp_path: Path) -> None:
+    """Nothing a pass builds (a window reader, its repair of bad samples) holds its owner in a reference
+    cycle, so the shards close as soon as the dataset and its pass are dropped: an LMDB file stays open
+    in its process until then, and a pack, a verify or a test that opens it again would fail."""
+    from shardpipe.formats import lmdb_env
+
+    root = pack_dataset(tmp_path, "lmdb", 12, max_samples=5)
+    files = {(s.st_dev, s.st_ino) for s in (p.stat() for p in root.rglob("*.lmdb"))}
+    assert files
+    gc.disable()
+    try:
+        assert len(list(ShardedDataset(root, "train", shuffle=False))) == 12
+        assert not files & set(lmdb_env._shared), "a shard is still open after its dataset was dropped"
+    finally:
+        gc.enable()
