@@ -83,7 +83,7 @@ class SpanReader(ReaderBase):
         """The file mapped into memory (once; the map lives as long as this reader and its users)."""
         if self._mapped is None:
             mapped = mmap.mmap(self._fd, 0, prot=mmap.PROT_READ)
-            index = cast(ShardIndex, self.index)
+            index = self.sliced_index
             table = np.ascontiguousarray(index.table, "<u8").data.cast("B")
             width = index.table.shape[1]
             row = struct.Struct(f"<{width + 1}Q")
@@ -154,7 +154,7 @@ class SpanReader(ReaderBase):
     def _rows_of(self, runs: Sequence[tuple[int, int]]) -> list[Rows]:
         """Each run's index rows (and the row after its last sample): a slice each, cheaper than one
         gather for the few-sample runs a window reads."""
-        index = cast(ShardIndex, self.index)
+        index = self.sliced_index
         for start, stop in runs:
             self.check_bounds(start, stop)
         return [index.rows(start, stop) for start, stop in runs]
