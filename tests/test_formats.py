@@ -31,8 +31,9 @@ from shardpipe.formats import (
     lmdb_writer,
     spanreader,
 )
-from shardpipe.formats.base import Format
+from shardpipe.formats.base import Format, ShardReader
 from shardpipe.formats.joined import JOINED_BYTES
+from shardpipe.formats.landing import BufferPool
 from shardpipe.formats.layout import CHECKSUM, NO_SPAN, ShardIndex, shard_checksums
 from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.formats.terms import ColumnsOut, Fields
@@ -551,6 +552,22 @@ def damage_sample(fmt: Format, path: Path, index: ShardIndex, sample: int) -> No
     path.write_bytes(bytes(data))
 
 
+def read_together(
+    fmt: Format,
+    parts: Sequence[tuple[ShardReader, int, int]],
+    names: Sequence[str],
+    buffer: ReadBuffer,
+    order: np.ndarray | None = None,
+) -> ColumnsOut | None:
+    """The samples of ``parts`` located together (``Format.locate``) and landed at ``order``; ``None``
+    where the format leaves them to be read reader by reader."""
+    landing = fmt.locate(parts, names, buffer)
+    if landing is None:
+        return None
+    everything = np.arange(sum(stop - start for _, start, stop in parts))
+    return landing.land(everything if order is None else order, BufferPool())
+
+
 @pytest.mark.parametrize("name", FORMATS)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
@@ -607,16 +624,10 @@ def test_read_across_agrees_with_reading_shard_by_shard(
         try:
             buffer = ReadBuffer()
             with contextlib.suppress(CorruptShardError):  # leaves other bytes in the buffer
-                fmt.read_across([(reader, 0, 25) for reader in readers], ["bin"], buffer)
+                read_together(fmt, [(reader, 0, 25) for reader in readers], ["bin"], buffer)
             try:
-                across = listed(
-                    fmt.read_across(
-                        [(readers[shard], start, stop) for shard, start, stop in parts],
-                        ["bin", "cls"],
-                        buffer,
-                        order,
-                    )
-                )
+                located = [(readers[shard], start, stop) for shard, start, stop in parts]
+                across = listed(read_together(fmt, located, ["bin", "cls"], buffer, order))
             except CorruptShardError as exc:
                 across = (exc.shard, exc.sample_index)
             monkeypatch.setattr(joined, "JOINED_BYTES", 0)  # tar, TFRecord: the chunked way
@@ -646,7 +657,7 @@ def test_read_across_agrees_with_reading_shard_by_shard(
         assert across == expected
 
 
-def test_read_across_leaves_to_the_caller_what_it_cannot_cut_together(
+def test_joining_leaves_to_the_caller_what_it_cannot_gather_together(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``None`` for too few samples, too many bytes, shards laid out differently, and a shard read by
@@ -660,19 +671,19 @@ def test_read_across_leaves_to_the_caller_what_it_cannot_cut_together(
         cast(spanreader.SpanReader, fmt.open_reader(tmp_path / "both.tar", both)) as a,
         cast(spanreader.SpanReader, fmt.open_reader(tmp_path / "one.tar", one)) as b,
     ):
-        assert joined.read_across([(a, 0, 3)], ["bin"], buffer) is None
-        assert joined.read_across([(a, 0, 4)], ["bin"], buffer) is not None
-        assert joined.read_across([(a, 0, 2), (b, 0, 2)], ["bin"], buffer) is None
+        assert joined.join([(a, 0, 3)], ["bin"], buffer) is None
+        assert joined.join([(a, 0, 4)], ["bin"], buffer) is not None
+        assert joined.join([(a, 0, 2), (b, 0, 2)], ["bin"], buffer) is None
         monkeypatch.setattr(joined, "JOINED_BYTES", both.end - 1)
-        assert joined.read_across([(a, 0, 10)], ["bin"], buffer) is None
+        assert joined.join([(a, 0, 10)], ["bin"], buffer) is None
         monkeypatch.setattr(joined, "JOINED_BYTES", JOINED_BYTES)
         os.truncate(tmp_path / "both.tar", both[8])
         with pytest.raises(CorruptShardError, match=r"both\.tar.*sample 8"):
-            joined.read_across([(a, 0, 10)], ["bin"], buffer)
+            joined.join([(a, 0, 10)], ["bin"], buffer)
     remote = mock.Mock(name="remote", size=both.end)
     remote.name = "s3://bucket/both.tar"
     with cast(spanreader.SpanReader, fmt.open_reader(tmp_path / "both.tar", both, remote=remote)) as r:
-        assert joined.read_across([(r, 0, 10)], ["bin"], buffer) is None
+        assert joined.join([(r, 0, 10)], ["bin"], buffer) is None
 
 
 def _decode_each(records: Sequence[bytes], names: Sequence[str]) -> tuple[list[str], dict[str, list]]:

@@ -17,9 +17,10 @@ from loaders import ShardedDataset, make_loader
 from loaders.batches import RaggedBytes
 from loaders.reading.readers import ShardReaders
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats import framing, get_format, landing
+from shardpipe.formats import bytecolumn, framing, get_format, landing
 from shardpipe.formats.landing import LANDED_MIN_BYTES, BufferPool, Spans
 from shardpipe.formats.layout import ShardIndex
+from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.manifest import load_manifest
 from shardpipe.packing import PackOptions, pack
 from tests.datagen import payload
@@ -53,7 +54,7 @@ def batches(path: Path, *, lands: bool, monkeypatch: pytest.MonkeyPatch) -> list
         patch.setattr(
             ShardReaders,
             "locate",
-            lambda self, *a: located.append(real(self, *a) if lands else None) or located[-1],
+            lambda self, *a, **kw: located.append(real(self, *a, **kw) if lands else None) or located[-1],
         )
         dataset = ShardedDataset(path, rank=1, world_size=2, seed=3, shuffle_buffer=11, decode={"cls": "cls"})
         loader = make_loader(dataset, batch_size=4, num_workers=0)
@@ -146,7 +147,8 @@ def test_a_mapped_file_cut_short_names_the_sample_instead_of_faulting(
     index = ShardIndex.read(out / str(entry.index_path), entry.num_samples, manifest.fields)
     shard_format = get_format(fmt)
     with shard_format.open_reader(out / entry.path, index) as reader:
-        window = shard_format.locate([(reader, 0, entry.num_samples)], ["bin", "txt"], scattered=scattered)
+        parts = [(reader, 0, entry.num_samples)]
+        window = shard_format.locate(parts, ["bin", "txt"], ReadBuffer(), scattered=scattered)
         assert window is not None
         keys, fields = window.land(np.array([0, 2, 1]), BufferPool())
         assert len(keys) == 3 and len(fields["bin"]) == 3
@@ -172,7 +174,7 @@ def _spans(sources: list[bytes], rows: list[tuple[int, ...]], *, checked: bool) 
 
 def _land(spans: Spans, landed: list[bool]) -> tuple[list[str], dict]:
     names = ["big", "small"][: len(landed)]
-    return landing.land(spans, names, np.array(landed), BufferPool(), lambda i: ("shard-x", i))
+    return landing.land(spans, names, lambda i: ("shard-x", i), landed=np.array(landed), pool=BufferPool())
 
 
 def test_land_copies_large_fields_into_one_buffer_and_the_rest_one_by_one() -> None:
@@ -189,6 +191,32 @@ def test_land_copies_large_fields_into_one_buffer_and_the_rest_one_by_one() -> N
     bad_key = _spans([b"\xff\xfeAAAA"], [(0, 6, 0, 2, 2, 6)], checked=False)
     with pytest.raises(CorruptShardError, match="shard-x, sample 0: key is not UTF-8"):
         _land(bad_key, [True])
+
+
+def test_land_gathers_samples_of_one_buffer_in_the_order_asked_and_checks_every_one() -> None:
+    """Samples end to end in one buffer (small ones, read together) are gathered in one take per field, in
+    ``order``, a field a sample lacks ``None``; a damaged sample is named even when not picked (what was
+    read is checked), by its position among the spans."""
+    samples = [(b"k%d" % i, b"v" * i, b"w%d" % i) for i in range(6)]
+    data = b"".join(key + value + label for key, value, label in samples)
+    rows, at = [], 0
+    for i, (key, value, label) in enumerate(samples):
+        value_at, label_at, end = at + len(key), at + len(key) + len(value), at + len(key + value + label)
+        rows.append((at, end, at, value_at, value_at, label_at, *((-1, -1) if i == 4 else (label_at, end))))
+        at = end
+    table = np.array(rows, np.int64)
+    checksums = np.array([xxhash.xxh3_64_intdigest(data[r[0] : r[1]]) for r in rows], np.uint64)
+    spans = Spans(
+        memoryview(data), *table[:, :2].T, checksums, *table[:, 2:4].T, table[:, 4::2], table[:, 5::2]
+    )
+    order = np.array([5, 0, 4, 2])
+    keys, fields = landing.land(spans, ["big", "small"], lambda i: ("shard-x", i), order=order)
+    assert keys == ["k5", "k0", "k4", "k2"]
+    assert bytecolumn.values(fields["big"]) == [b"vvvvv", b"", b"vvvv", b"vv"]
+    assert bytecolumn.values(fields["small"]) == [b"w5", b"w0", None, b"w2"]
+    checksums[3] ^= 1  # sample 3 is read, not picked
+    with pytest.raises(CorruptShardError, match="shard-x, sample 3, byte"):
+        landing.land(spans, ["big"], lambda i: ("shard-x", i), order=order)
 
 
 def test_record_spans_agree_with_decode_and_refuse_a_record_that_differs() -> None:

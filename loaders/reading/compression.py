@@ -2,8 +2,8 @@
 dictionaries (:mod:`shardpipe.formats.compression` holds the codec and :class:`FieldCodecs`).
 
 Every reader of samples calls ``field_codecs(source)`` once and then
-``codecs.decode_columns(keys, fields, shard, indexes)`` on what ``ShardReader.read_runs`` (or
-``Format.read_across``) returned, before the values go anywhere else: the streaming loaders do it in
+``codecs.decode_columns(keys, fields, shard, indexes)`` on what ``ShardReader.read_runs`` (or a window's
+landing, ``Format.locate``) returned, before the values go anywhere else: the streaming loaders do it in
 :class:`~loaders.reading.windows.WindowReader`, so both the batch and the per-sample path see the values
 as they were packed.
 """

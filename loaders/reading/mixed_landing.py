@@ -106,7 +106,8 @@ class _Window:
             at = part.positions[first:last] - begin
             mine = {name: (view, offsets[at]) for name, (view, offsets) in into.items()}
             locate = partial(_shifted, found.locate, first)
-            landed_parts.append(land(found.spans.sliced(first, last), names, self.landed, pool, locate, mine))
+            spans = found.spans.sliced(first, last)
+            landed_parts.append(land(spans, names, locate, landed=self.landed, pool=pool, into=mine))
             positions.append(at)
         # Every part's values end to end, then put in window order by one list comprehension per column.
         order = np.argsort(np.concatenate(positions), kind="stable").tolist()

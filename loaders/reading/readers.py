@@ -18,8 +18,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from loaders.planning.planner import Run
 from loaders.reading.compression import field_codecs
 from loaders.reading.source import DatasetSource
@@ -28,7 +26,6 @@ from shardpipe.formats.decompressor import FieldCodecs
 from shardpipe.formats.landing import BufferPool, Landing
 from shardpipe.formats.layout import ShardIndex, index_bytes
 from shardpipe.formats.readbuffer import ReadBuffer
-from shardpipe.formats.terms import ColumnsOut
 from shardpipe.shardtable import ShardTable
 
 
@@ -115,34 +112,20 @@ class ShardReaders:
             return
         yield self._kept(shard_index)
 
-    def read_window(
-        self, runs: Sequence[Run], names: Sequence[str], order: np.ndarray | None = None
-    ) -> ColumnsOut | None:
-        """The samples of ``runs`` at ``order`` (positions in read order;
-        all in turn when ``None``), read and cut together across shards (``Format.read_across``); ``None``
-        where that cannot be done (readers that live for one read, more shards than stay open, shards the
-        format cannot take together): read shard by shard then."""
-        self._drop_inherited()
-        shards = dict.fromkeys(run.shard_index for run in runs)
-        if self._per_read or len(shards) > self.limit:
-            return None
-        readers = {shard: self._kept(shard) for shard in shards}
-        parts = [(readers[run.shard_index], run.start, run.stop) for run in runs]
-        return self._format.read_across(parts, names, self._window_buffer, order)
-
     def locate(
         self, runs: Sequence[Run], names: Sequence[str], *, any_size: bool = False, scattered: bool = False
     ) -> Landing | None:
-        """Where the samples of ``runs`` lie, for each piece of them to be read straight into the columns it
-        is handed out in (``Format.locate``); ``None`` where that cannot be done or gains nothing (small
-        samples, readers that live for one read, more shards than stay open)."""
+        """Where the samples of ``runs`` lie, all their shards together, to be landed in the order they are
+        handed out (``Format.locate``); valid until the next call in this thread (small samples are read
+        into one buffer it reuses). ``None`` where that cannot be done (readers that live for one read,
+        more shards than stay open, shards the format cannot take together): read shard by shard then."""
         self._drop_inherited()
         shards = dict.fromkeys(run.shard_index for run in runs)
         if self._per_read or len(shards) > self.limit or not runs:
             return None
         readers = {shard: self._kept(shard) for shard in shards}
         parts = [(readers[run.shard_index], run.start, run.stop) for run in runs]
-        return self._format.locate(parts, names, any_size=any_size, scattered=scattered)
+        return self._format.locate(parts, names, self._window_buffer, any_size=any_size, scattered=scattered)
 
     def read_samples(
         self, picks: Sequence[tuple[int, int]], names: Sequence[str]

@@ -1,10 +1,10 @@
 """Reading a worker's planned windows into columns, under the ``on_error`` policy.
 
-A window's spans are read together when the format can (all its shards in one pass, cut out in the
-window's permutation), else one reader call per run of spans in the same shard, then reordered. Under
-``on_error="skip"`` a failed read goes to :mod:`.repair`, which finds the bad samples and replaces each, so
-a window keeps its length and every rank its step count. Under ``"raise"`` the first ``DataError``
-propagates unchanged.
+A window is located once across its shards when the format can (``Format.locate``) and landed in the
+window's permutation, whole or in pieces that end with batches; else it is read one reader call per run of
+spans in the same shard, then reordered. Under ``on_error="skip"`` a failed read goes to :mod:`.repair`,
+which finds the bad samples and replaces each, so a window keeps its length and every rank its step count.
+Under ``"raise"`` the first ``DataError`` propagates unchanged.
 """
 
 from __future__ import annotations
@@ -74,50 +74,44 @@ class WindowReader:
                 yield columns
             skip = 0
 
-    def _pieces(self, window: Window, order: np.ndarray, yielded: int) -> Iterator[Columns]:
-        """The window at ``order``: in landed pieces where the readers can land it, else whole. A piece
-        that fails under ``on_error="skip"`` sends the rest of the window the way that finds bad samples."""
-        landing = self._locate(window) if self.piece_size is not None else None
-        if landing is not None and self.piece_size is not None:
-            for a, b in itertools.pairwise([0, *piece_ends(len(order), self.piece_size, yielded)]):
+    def _pieces(
+        self, window: Window, order: np.ndarray, yielded: int, *, whole: bool = False
+    ) -> Iterator[Columns]:
+        """The window at ``order``: located once across its shards (``ShardReaders.locate``) and landed in
+        pieces that end where batches of ``piece_size`` do where its fields land (large samples) and not
+        ``whole``, else in one; where it cannot be located, and under ``on_error="skip"`` from a piece that
+        fails on, read shard by shard, which finds the bad samples."""
+        runs = window.runs
+        landing = self._locate(runs)
+        if landing is not None:
+            size, ends = self.piece_size, [len(order)]
+            if size is not None and landing.in_pieces and not whole:
+                ends = piece_ends(len(order), size, yielded)
+            for a, b in itertools.pairwise([0, *ends]):
                 try:
-                    landed = landing.land(order[a:b], self.readers.landing_pool)
+                    columns = self._columns(
+                        runs, order[a:b], landing.land(order[a:b], self.readers.landing_pool)
+                    )
                 except DataError:
                     if self.on_error == "raise":
                         raise
                     order = order[a:]
                     break
-                yield self._columns(window.runs, order[a:b], landed)
+                yield columns
             else:
                 return
-        yield self.read_window(window, order)
+        yield self._repair.read(runs, skip=self.on_error == "skip").take(order.tolist())
 
     def read_window(self, window: Window, order: np.ndarray) -> Columns:
-        """The window's samples at ``order`` (positions in read order): where they are ``scattered``,
-        straight into their columns where the readers can land them (``ShardReaders.locate``), else all the
-        window's shards read together and cut out in that order when the format can
-        (``Format.read_across``), else shard by shard, which finds the bad samples under
-        ``on_error="skip"``."""
-        runs = window.runs
-        try:
-            landing = self.readers.locate(runs, self.fields, scattered=True) if self.scattered else None
-            joined = (
-                landing.land(order, self.readers.landing_pool)
-                if landing is not None
-                else self.readers.read_window(runs, self.fields, order)
-            )
-            if joined is not None:
-                return self._columns(runs, order, joined)
-        except DataError:
-            if self.on_error == "raise":
-                raise
-        return self._repair.read(runs, skip=self.on_error == "skip").take(order.tolist())
+        """The window's samples at ``order`` (positions in read order) in one piece: random access reads
+        its picks as a window."""
+        return next(self._pieces(window, order, 0, whole=True))
 
-    def _locate(self, window: Window) -> Landing | None:
-        """Where the window's samples lie, to be landed (``ShardReaders.locate``); ``None`` under
-        ``on_error="skip"`` when a reader fails to open: the general path then finds the bad samples."""
+    def _locate(self, runs: Sequence[Run]) -> Landing | None:
+        """Where the window's samples lie (``ShardReaders.locate``); ``None`` under ``on_error="skip"`` when
+        a reader fails to open or a read fails: the general path then finds the bad samples."""
         try:
-            return self.readers.locate(window.runs, self.fields)
+            return self.readers.locate(runs, self.fields, scattered=self.scattered)
         except DataError:
             if self.on_error == "raise":
                 raise

@@ -8,13 +8,14 @@ Inside, imports point one way: the leaves (:mod:`.terms`, the shared words; :mod
 :mod:`.checksums`, the per-sample checksum and the one check of many samples), then
 the columns (:mod:`.bytecolumn`), the index (:mod:`.layout`) and the slicing by it (:mod:`.cutting`), then
 the interface (:mod:`.base`) and the readers and writers built on it, with their parts: :mod:`.landing`
-(samples read straight into their batches' columns, every byte checked), :mod:`.mapped` (large samples landed
-from a memory map of their shard), :mod:`.spanreader` (spans of samples read by byte offset, for tar and
-TFRecord), :mod:`.joined` (runs of several shards read into one buffer and cut together), :mod:`.tarparse`
+(the one kernel that turns located samples into columns, every byte checked), :mod:`.mapped` (large
+samples located in a memory map of their shard), :mod:`.spanreader` (spans of samples read by byte offset,
+for tar and TFRecord), :mod:`.joined` (small samples of several shards read into one buffer, to be gathered
+together), :mod:`.tarparse`
 (tar bytes parsed into samples), :mod:`.tf_example` (the ``tf.train.Example`` protobuf, by hand),
 :mod:`.framing` (the record layout of LMDB values), LMDB's parts (:mod:`.lmdb_env`, its keys and the
 environments a process holds; :mod:`.lmdb_writer`; :mod:`.lmdb_reader`, spans walked by key;
-:mod:`.lmdb_window`, records landed from LMDB's map) and :mod:`.compression` (per-sample
+:mod:`.lmdb_window`, records landed from LMDB's map or decoded together) and :mod:`.compression` (per-sample
 compression of a field's values: what is stored), with its pack side :mod:`.compressor` and its read side
 :mod:`.decompressor`.
 

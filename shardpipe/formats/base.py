@@ -118,37 +118,24 @@ class Format(Protocol):
         """Yield ``(key, fields)`` for samples ``start <= i < stop`` of the shard at ``path``: a reader
         opened for one span. Prefer :meth:`open_reader` to read many spans."""
 
-    def read_across(
-        self,
-        parts: Sequence[tuple[ShardReader, int, int]],
-        names: Sequence[str],
-        buffer: ReadBuffer,
-        order: np.ndarray | None = None,
-    ) -> ColumnsOut | None:
-        """The samples ``[start, stop)`` of each part from several shards of one dataset (readers this
-        format opened, kept open), read and checked together as one read_runs call does, with the cost of
-        a call paid once for all of them; ``buffer`` is reused between calls. They come in ``order``
-        (positions among the samples in read order, a subset allowed; all in turn when ``None``): a
-        window's shuffle applied by the copy that cuts the samples out. ``None`` when they must be read
-        reader by reader (``read_runs``).
-
-        Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
-        """
-
     def locate(
         self,
         parts: Sequence[tuple[ShardReader, int, int]],
         names: Sequence[str],
+        buffer: ReadBuffer,
         *,
         any_size: bool = False,
         scattered: bool = False,
     ) -> Landing | None:
         """Where the samples of ``parts`` (a loader's window, in read order, from readers open in this
-        process) lie, so that each piece of the window is read straight into its batches' columns
-        (:mod:`~shardpipe.formats.landing`): the read path of large samples, and with ``any_size`` of
-        a mixture's window, whatever their size. ``scattered`` samples (random access: a few here and there)
-        are read one by one, whatever their size. ``None`` when they are too small to gain or the readers
-        cannot (read them with :meth:`read_across` then).
+        process, kept open) lie, with the cost of a call paid once for all their shards; the window is then
+        landed in the order it is handed out, whole or a piece at a time (:mod:`~shardpipe.formats.landing`).
+        Large samples are landed straight into their batches' columns; small ones are read into ``buffer``
+        (reused between calls: valid until the next) and gathered together; with ``any_size`` (a
+        mixture's window) every size lands. ``scattered`` samples (random access: a few here and there) are
+        read one by one. ``None`` when the readers cannot (read them reader by reader, ``read_runs``).
+
+        Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
         """
 
     def read_samples(
@@ -257,6 +244,7 @@ class FormatBase:
         self,
         parts: Sequence[tuple[ShardReader, int, int]],
         names: Sequence[str],
+        buffer: ReadBuffer,
         *,
         any_size: bool = False,
         scattered: bool = False,

@@ -3,20 +3,17 @@
 A reader reads whole samples into a buffer and hands the bytes here with the samples' index rows
 (:class:`~shardpipe.formats.layout.ShardIndex`): each sample's span is checked against its checksum (a
 version-2 index), then its key and fields are sliced out, as ``(key, fields)`` samples
-(:func:`cut_samples`), appended to columns (:func:`cut_columns`), or gathered as Arrow columns by index
-arithmetic over many shards at once (:func:`cut_rows`). The spans were checked to lie inside their
+(:func:`cut_samples`) or appended to columns (:func:`cut_columns`): the paths of a few samples at a time
+(many go through :func:`.landing.land`). The spans were checked to lie inside their
 samples when the index was loaded or built, so no slice leaves its sample; a bad sample is named by its
 shard and position.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-
-import numpy as np
+from collections.abc import Iterable
 
 from shardpipe.errors import CorruptShardError
-from shardpipe.formats.bytecolumn import ByteColumn, gather, texts
 from shardpipe.formats.checksums import first_mismatch
 from shardpipe.formats.layout import (
     CHECKSUM,
@@ -27,7 +24,6 @@ from shardpipe.formats.layout import (
     PARSE,
     ShardIndex,
 )
-from shardpipe.formats.terms import ColumnsOut
 
 Rows = list[list[int]]
 """Index rows ``start..stop`` inclusive as Python ints (:meth:`ShardIndex.rows`): one numpy call per span,
@@ -94,53 +90,6 @@ def cut_columns(
         for values, column in columns:
             a = row[column]
             values.append(None if a == NO_SPAN else view[a - base : row[column + 1] - base].tobytes())
-
-
-def cut_rows(
-    view: memoryview,
-    rows: np.ndarray,
-    *,
-    shift: np.ndarray,
-    ends: np.ndarray,
-    index: ShardIndex,
-    names: Sequence[str],
-    verified: bool,
-    locate: Callable[[int], tuple[str, int]],
-    order: np.ndarray | None = None,
-) -> ColumnsOut:
-    """Keys and field columns of samples whose index ``rows`` (laid out as ``index``'s) lie in ``view``
-    at their file offsets plus ``shift``, each ending at ``ends`` in ``view``: what :func:`check_spans`
-    and :func:`cut_columns` give run by run, by index arithmetic, in ``order`` (positions among
-    ``rows``; all in turn when ``None``). ``locate(i)`` names row i's shard and sample for an error."""
-
-    def corrupt(i: int, detail: str, offset: int | None = None) -> CorruptShardError:
-        shard, sample = locate(i)
-        return CorruptShardError.at(shard, detail, sample_index=sample, offset=offset)
-
-    def at(column: int) -> np.ndarray:  # a column's offsets in ``view``
-        offsets: np.ndarray = rows[:, column].astype(np.int64) + shift
-        return offsets
-
-    if verified and len(rows):
-        bad = first_mismatch(view, at(OFFSET).tolist(), ends.tolist(), rows[:, CHECKSUM])
-        if bad is not None:
-            raise corrupt(bad, "sample bytes differ from their checksum", int(rows[bad, OFFSET]))
-    keys = texts(view, at(KEY_START), at(KEY_STOP), order)
-    if keys is None:
-        keys = []
-        for i, row in enumerate(rows.tolist()):  # the first key that fails, named
-            span = view[row[KEY_START] + int(shift[i]) : row[KEY_STOP] + int(shift[i])]
-            try:
-                keys.append(str(span, "utf-8"))
-            except UnicodeDecodeError as exc:
-                raise corrupt(i, f"key is not UTF-8: {exc}") from None
-        keys = keys if order is None else [keys[i] for i in order.tolist()]
-    fields: dict[str, ByteColumn] = {}
-    for name in names:
-        column = index.first_field + 2 * index.fields.index(name)
-        present = rows[:, column] != NO_SPAN
-        fields[name] = gather(view, at(column), at(column + 1), None if present.all() else present, order)
-    return keys, fields
 
 
 def add_samples(

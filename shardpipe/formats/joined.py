@@ -1,30 +1,31 @@
-"""Runs of several shards of one dataset (a loader's window) read into one buffer and cut together.
+"""Small samples of several shards of one dataset (a loader's window), read into one buffer and gathered.
 
-Every run is read end to end into one reused buffer (one ``preadv`` each), then checked and cut by
-:func:`~.cutting.cut_rows`, so that per sample only the checksum call remains (keys and fields are
-gathered as columns) and what a call costs beyond that is paid once for all runs instead of once per
+Every run is read end to end into one reused buffer (one ``preadv`` each); the index rows then say where
+each sample, key and field lies in it (:class:`~.landing.Spans` over the one buffer), and
+:func:`~.landing.land` checks them and gathers each field in one take, so that per sample only the
+checksum call remains and what a call costs beyond that is paid once for all runs instead of once per
 shard. For the formats read by byte offset (tar, TFRecord); it needs only what :class:`Joinable` names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Protocol
 
 import numpy as np
 
 from shardpipe.errors import CorruptShardError
-from shardpipe.formats.cutting import cut_rows
-from shardpipe.formats.layout import OFFSET, ShardIndex
+from shardpipe.formats.landing import BufferPool, Located, Spans, land
+from shardpipe.formats.layout import CHECKSUM, KEY_START, KEY_STOP, OFFSET, ShardIndex
 from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.formats.terms import ColumnsOut
 
 JOINED_BYTES = 4 << 20
-"""Bytes of all runs of one :func:`read_across` call up to which they are read into one buffer and cut
-together."""
+"""Bytes of all runs of one window up to which they are read into one buffer and gathered together."""
 JOINED_MIN_SAMPLES = 128
-"""Samples a :func:`read_across` call needs before the one-buffer path pays for its fixed cost (a few dozen
-numpy calls); fewer go run by run (docs/design.md, "Formats and the index")."""
+"""Samples a window needs before the one-buffer path pays for its fixed cost (a few dozen numpy calls);
+fewer go run by run (docs/design.md, "Formats and the index")."""
 JOINED_MIN_PARTS = 32
 """Or the parts it needs: that many runs of one or a few samples (a random-access batch) cost more run by
 run than in one buffer (docs/design.md, "Formats and the index")."""
@@ -69,18 +70,15 @@ def all_joinable(readers: Sequence[Joinable]) -> bool:
     return True
 
 
-def read_across(
-    parts: Sequence[tuple[Joinable, int, int]],
-    names: Sequence[str],
-    buffer: ReadBuffer,
-    order: np.ndarray | None = None,
-) -> ColumnsOut | None:
-    """The samples ``[start, stop)`` of each part, from any of one dataset's shards, in ``order`` (positions
-    in read order; all in turn when ``None``), read into ``buffer`` (grown as needed) and cut together.
+def join(
+    parts: Sequence[tuple[Joinable, int, int]], names: Sequence[str], buffer: ReadBuffer
+) -> JoinedWindow | None:
+    """The samples ``[start, stop)`` of each part, from any of one dataset's shards, read into ``buffer``
+    (grown as needed) to be gathered together; valid until ``buffer`` is read into again.
 
     ``None`` (read them another way) when they hold fewer than ``JOINED_MIN_SAMPLES`` samples in fewer than
     ``JOINED_MIN_PARTS`` parts (the fixed cost of a few dozen numpy calls would dominate) or more than
-    ``JOINED_BYTES`` (large samples go the chunked way, which keeps each chunk in the CPU cache while it is
+    ``JOINED_BYTES`` (larger ones go the chunked way, which keeps each chunk in the CPU cache while it is
     checked and cut), or when the readers cannot be joined (:func:`all_joinable`).
 
     Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
@@ -93,30 +91,63 @@ def read_across(
     rows, bases, sizes = _spans(parts)
     if sum(sizes) > JOINED_BYTES:
         return None
-    view = _read_parts(parts, bases, sizes, buffer)
-    counts = np.array([stop - start for _, start, stop in parts], np.int64)
-    table = np.concatenate(rows)
-    run_of = np.repeat(np.arange(len(parts)), counts)  # each sample's part
-    shift, ends = _placed(table, counts, run_of, np.array(bases, np.int64), np.array(sizes, np.int64))
-    firsts = np.cumsum(counts) - counts
+    return JoinedWindow(parts, names, _read_parts(parts, bases, sizes, buffer), rows, bases, sizes)
 
-    def locate(i: int) -> tuple[str, int]:
-        run = int(run_of[i])
-        reader, start, _ = parts[run]
-        return reader.shard, start + i - int(firsts[run])
 
-    first = parts[0][0]
-    return cut_rows(
-        view,
-        table,
-        shift=shift,
-        ends=ends,
-        index=first.sliced_index,
-        names=names,
-        verified=first.verified,
-        locate=locate,
-        order=order,
-    )
+class JoinedWindow:
+    """Samples of several shards end to end in one buffer, where their index rows say (:func:`join`)."""
+
+    in_pieces = False  # gathered whole: one take per field
+
+    def __init__(
+        self,
+        parts: Sequence[tuple[Joinable, int, int]],
+        names: Sequence[str],
+        view: memoryview,
+        rows: Sequence[np.ndarray],
+        bases: Sequence[int],
+        sizes: Sequence[int],
+    ) -> None:
+        counts = np.array([stop - start for _, start, stop in parts], np.int64)
+        table = np.concatenate(rows)
+        self._run_of = np.repeat(np.arange(len(parts)), counts)  # each sample's part
+        shift, ends = _placed(
+            table, counts, self._run_of, np.array(bases, np.int64), np.array(sizes, np.int64)
+        )
+        self._firsts = np.cumsum(counts) - counts
+        self._parts, self._names = parts, tuple(names)
+        first = parts[0][0]
+        index = first.sliced_index
+
+        def at(column: int) -> np.ndarray:  # a column's offsets in the buffer, -1 where a sample lacks it
+            raw = table[:, column].astype(np.int64)
+            placed: np.ndarray = np.where(raw >= 0, raw + shift, -1)
+            return placed
+
+        columns = [index.first_field + 2 * index.fields.index(name) for name in names]
+        self._spans = Spans(
+            view,
+            at(OFFSET),
+            ends,
+            table[:, CHECKSUM] if first.verified else None,
+            at(KEY_START),
+            at(KEY_STOP),
+            np.array([at(c) for c in columns], np.int64).T.reshape(len(table), len(columns)),
+            np.array([at(c + 1) for c in columns], np.int64).T.reshape(len(table), len(columns)),
+        )
+
+    def land(self, order: np.ndarray | None, pool: BufferPool | None = None) -> ColumnsOut:
+        """The samples at ``order`` (positions in read order; all in turn when ``None``), gathered."""
+        return land(self._spans, self._names, self._locate, order=order)
+
+    @contextmanager
+    def located(self, order: np.ndarray) -> Iterator[Located | None]:
+        yield None  # nothing lands: small samples are gathered
+
+    def _locate(self, i: int) -> tuple[str, int]:
+        run = int(self._run_of[i])
+        reader, start, _ = self._parts[run]
+        return reader.shard, start + i - int(self._firsts[run])
 
 
 def _placed(

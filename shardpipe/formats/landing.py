@@ -1,15 +1,15 @@
-"""Reading samples straight into the columns their batches are cut from: one copy, every byte checked.
+"""The one kernel that turns located samples into columns: every span hashed once, every field copied once.
 
-The read path of large samples, for which the copies are the cost (docs/design.md, "Reading"),
-and of scattered ones (random access), for which a window's array work would be. Here a
-sample's bytes are read where the page cache already holds them, with no copy of their own: through a
-memory map of its shard file (tar, TFRecord) or as the view LMDB's map hands out. Its whole span is hashed
-there in one call, which also brings it into the CPU cache, then each large field is copied out of the
-cache into one buffer per field, end to end in the order asked for: a batch's column is a slice of that
-buffer and is never copied again. Keys and small fields are copied out one by one (a few bytes each).
-
-A format says where its samples lie (:class:`Spans`) and :func:`land` does the rest, for every format
-alike. The checksum is compared before anything is returned, so a damaged sample never reaches a batch.
+A format says where a window's samples lie (:class:`Spans`, from its index or its records) and
+:func:`land` does the rest, for every format alike (docs/design.md, "Reading"). Samples lie either where
+the page cache holds them, with no copy of their own (a memory map of a tar or TFRecord shard, the view
+LMDB's map hands out: large samples, for which the copies are the cost), or end to end in one buffer
+their runs were read into (small ones, for which the cost is per sample and per call). Each span is hashed
+in one call; large fields are then copied out of the CPU cache into one buffer per field, end to end in
+the order asked for, so a batch's column is a slice of that buffer and is never copied again. Small fields
+and keys in one buffer are gathered in one vectorised take each, picking the window's order as they copy;
+those of samples that lie apart are copied out one by one (a few bytes each). The checksum is compared
+before anything is returned, so a damaged sample never reaches a batch.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from shardpipe.errors import CorruptShardError
-from shardpipe.formats.bytecolumn import ByteColumn, packed
+from shardpipe.formats.bytecolumn import ByteColumn, gather, packed, texts
 from shardpipe.formats.checksums import checksum, first_mismatch
 from shardpipe.formats.terms import ColumnsOut
 
@@ -38,7 +38,11 @@ random access) and may be far larger than a batch."""
 
 
 class Landing(Protocol):
-    """A window's samples, located once, landed a piece at a time (a piece ends where batches do)."""
+    """A window's samples, located once, landed whole or a piece at a time (a piece ends where batches do)."""
+
+    in_pieces: bool
+    """Whether landing it a piece at a time pays: its large fields land in buffers that batches are slices
+    of (a window of small samples is gathered whole, one call per field)."""
 
     def land(self, order: np.ndarray, pool: BufferPool) -> ColumnsOut:
         """The samples at ``order`` (positions in the window's read order), in that order.
@@ -125,12 +129,13 @@ def _rounded(size: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Spans:
-    """Where ``n`` samples lie, in the order they are handed out. Sample i lies in ``sources[i]`` (a memory
-    map or a view of one): its checked bytes ``[begins[i], ends[i])``, whose xxh3_64 is ``checksums[i]``
-    (``None``: not checked), its key ``[key_starts[i], key_stops[i])`` and field j ``[starts[i, j],
-    stops[i, j])``, ``-1`` where the sample lacks it. Positions are int64, ``(n,)`` or ``(n, k)``."""
+    """Where ``n`` samples lie: in ``sources`` when that is one view (a buffer that holds them all), else
+    sample i in ``sources[i]`` (a memory map or a view of one). Sample i's checked bytes are ``[begins[i],
+    ends[i])``, whose xxh3_64 is ``checksums[i]`` (``None``: not checked), its key ``[key_starts[i],
+    key_stops[i])`` and field j ``[starts[i, j], stops[i, j])``, ``-1`` where the sample lacks it.
+    Positions are int64, ``(n,)`` or ``(n, k)``."""
 
-    sources: Sequence[memoryview]
+    sources: memoryview | Sequence[memoryview]
     begins: np.ndarray
     ends: np.ndarray
     checksums: np.ndarray | None
@@ -139,17 +144,41 @@ class Spans:
     starts: np.ndarray
     stops: np.ndarray
 
+    @property
+    def buffer(self) -> memoryview | None:
+        """The one buffer that holds every sample, if one does."""
+        return self.sources if isinstance(self.sources, memoryview) else None
+
+    def each(self) -> Sequence[memoryview]:
+        """Each sample's source."""
+        sources = self.sources
+        return [sources] * len(self.begins) if isinstance(sources, memoryview) else sources
+
     def sliced(self, begin: int, end: int) -> Spans:
         """Samples ``begin..end`` (views of these arrays, no copy)."""
+        sources = self.sources
+        return self._picked(
+            slice(begin, end), sources if isinstance(sources, memoryview) else sources[begin:end]
+        )
+
+    def taken(self, order: np.ndarray) -> Spans:
+        """The samples at ``order``, in that order."""
+        sources = self.sources
+        if not isinstance(sources, memoryview):
+            sources = [sources[i] for i in order.tolist()]
+        return self._picked(order, sources)
+
+    def _picked(self, at: slice | np.ndarray, sources: memoryview | Sequence[memoryview]) -> Spans:
+        checksums = None if self.checksums is None else self.checksums[at]
         return Spans(
-            self.sources[begin:end],
-            self.begins[begin:end],
-            self.ends[begin:end],
-            None if self.checksums is None else self.checksums[begin:end],
-            self.key_starts[begin:end],
-            self.key_stops[begin:end],
-            self.starts[begin:end],
-            self.stops[begin:end],
+            sources,
+            self.begins[at],
+            self.ends[at],
+            checksums,
+            self.key_starts[at],
+            self.key_stops[at],
+            self.starts[at],
+            self.stops[at],
         )
 
 
@@ -165,19 +194,57 @@ def lands(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
 def land(
     spans: Spans,
     names: Sequence[str],
-    landed: np.ndarray,
-    pool: BufferPool,
     locate: Callable[[int], tuple[str, int]],
+    *,
+    order: np.ndarray | None = None,
+    landed: np.ndarray | None = None,
+    pool: BufferPool | None = None,
     into: Mapping[str, tuple[memoryview, np.ndarray]] | None = None,
 ) -> ColumnsOut:
-    """The samples of ``spans`` as keys and a column per field of ``names``: fields where ``landed`` is set
-    copied end to end into a buffer each, the others as one ``bytes`` per sample (``None`` where absent).
-    ``locate(i)`` names sample i (its shard and index) in errors. A landed field named in ``into`` goes to
-    the caller's buffer instead, sample i's value at byte ``at[i]`` of ``(buffer, at)``, and has no column
-    here."""
-    sources = spans.sources
-    sizes = spans.stops - spans.starts  # (n, k)
+    """The samples of ``spans`` at ``order`` (all in turn when ``None``) as keys and a column per field of
+    ``names``, every sample of ``spans`` checked (what was read, picked or not): fields where ``landed`` is
+    set copied end to end into a buffer each from ``pool``, the others gathered (``None`` where a sample
+    lacks one). ``locate(i)`` names sample i of ``spans`` (its shard and index) in errors. A landed field
+    named in ``into`` goes to the caller's buffer instead, sample i's value at byte ``at[i]`` of ``(buffer,
+    at)``, and has no column here.
+
+    Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
+    """
+    picked = spans if order is None else spans.taken(order)
     fields: dict[str, ByteColumn] = {}
+    digests = None
+    if landed is not None and landed.any():
+        assert pool is not None, "landed fields need a pool"
+        digests = _land_fields(picked, names, landed, pool, into, fields)
+    if spans.checksums is not None:  # every sample of spans, picked or not: what was read is checked
+        if digests is None or order is not None:
+            bad = first_mismatch(spans.sources, spans.begins.tolist(), spans.ends.tolist(), spans.checksums)
+        else:  # hashed while copying
+            mismatched = np.flatnonzero(np.array(digests, np.uint64) != spans.checksums)
+            bad = int(mismatched[0]) if len(mismatched) else None
+        if bad is not None:
+            shard, sample = locate(bad)
+            detail, offset = "sample bytes differ from their checksum", int(spans.begins[bad])
+            raise CorruptShardError.at(shard, detail, sample_index=sample, offset=offset)
+    for j in range(len(names)) if landed is None else np.flatnonzero(~landed).tolist():
+        fields[names[j]] = _gathered(spans, picked, j, order)
+    named = locate if order is None else (lambda i: locate(order.item(i)))
+    return _keys(spans, picked, order, named), {name: fields[name] for name in names if name in fields}
+
+
+def _land_fields(
+    spans: Spans,
+    names: Sequence[str],
+    landed: np.ndarray,
+    pool: BufferPool,
+    into: Mapping[str, tuple[memoryview, np.ndarray]] | None,
+    fields: dict[str, ByteColumn],
+) -> list[int] | None:
+    """Copy each landed field of ``spans`` (in their order) end to end into a buffer of its own, adding
+    its column to ``fields`` (or into the caller's buffer, ``into``); with the first field, each sample's
+    span is hashed from the page cache and its field then copied from the CPU cache: the digests."""
+    sources = spans.each()
+    sizes = spans.stops - spans.starts  # (n, k)
     digest = checksum
     digests: list[int] | None = None
     for j in np.flatnonzero(landed).tolist():
@@ -190,7 +257,6 @@ def land(
         starts, stops = spans.starts[:, j].tolist(), spans.stops[:, j].tolist()
         places = zip(sources, starts, stops, at.tolist(), strict=True)
         if digests is None and spans.checksums is not None:
-            # The span hashed first, from the page cache; its field then copied from the CPU cache.
             digests = []
             for begin, end, (source, start, stop, to) in zip(
                 spans.begins.tolist(), spans.ends.tolist(), places, strict=True
@@ -200,20 +266,18 @@ def land(
         else:
             for source, start, stop, to in places:
                 view[to : to + stop - start] = source[start:stop]
-    if spans.checksums is not None:
-        if digests is None:
-            bad = first_mismatch(sources, spans.begins.tolist(), spans.ends.tolist(), spans.checksums)
-        else:  # hashed while copying
-            mismatched = np.flatnonzero(np.array(digests, np.uint64) != spans.checksums)
-            bad = int(mismatched[0]) if len(mismatched) else None
-        if bad is not None:
-            shard, sample = locate(bad)
-            detail, offset = "sample bytes differ from their checksum", int(spans.begins[bad])
-            raise CorruptShardError.at(shard, detail, sample_index=sample, offset=offset)
-    for j in np.flatnonzero(~landed).tolist():
-        values = zip(sources, spans.starts[:, j].tolist(), spans.stops[:, j].tolist(), strict=True)
-        fields[names[j]] = [source[a:z].tobytes() if a >= 0 else None for source, a, z in values]
-    return _keys(spans, locate), {name: fields[name] for name in names if name in fields}
+    return digests
+
+
+def _gathered(spans: Spans, picked: Spans, j: int, order: np.ndarray | None) -> ByteColumn:
+    """Field j of the samples ``picked`` (``spans`` at ``order``): in one take where one buffer holds
+    them, else one ``bytes`` per sample."""
+    if (buffer := spans.buffer) is not None:
+        starts, stops = spans.starts[:, j], spans.stops[:, j]
+        present = starts >= 0
+        return gather(buffer, starts, stops, None if present.all() else present, order)
+    values = zip(picked.each(), picked.starts[:, j].tolist(), picked.stops[:, j].tolist(), strict=True)
+    return [source[a:z].tobytes() if a >= 0 else None for source, a, z in values]
 
 
 def columns_of(samples: list[dict[str, Any]], names: Sequence[str]) -> ColumnsOut:
@@ -223,9 +287,15 @@ def columns_of(samples: list[dict[str, Any]], names: Sequence[str]) -> ColumnsOu
     return keys, {name: [sample.get(name) for sample in samples] for name in names}
 
 
-def _keys(spans: Spans, locate: Callable[[int], tuple[str, int]]) -> list[str]:
-    """The keys, naming the first that is not UTF-8."""
-    places = list(zip(spans.sources, spans.key_starts.tolist(), spans.key_stops.tolist(), strict=True))
+def _keys(
+    spans: Spans, picked: Spans, order: np.ndarray | None, locate: Callable[[int], tuple[str, int]]
+) -> list[str]:
+    """The keys of ``picked`` (``spans`` at ``order``), naming the first that is not UTF-8 (``locate(i)``
+    names sample i of ``picked``)."""
+    buffer = spans.buffer
+    if buffer is not None and (keys := texts(buffer, spans.key_starts, spans.key_stops, order)):
+        return keys
+    places = list(zip(picked.each(), picked.key_starts.tolist(), picked.key_stops.tolist(), strict=True))
     try:
         return [source[a:z].tobytes().decode() for source, a, z in places]
     except UnicodeDecodeError:

@@ -3,7 +3,7 @@
 
 The format's parts: :mod:`.lmdb_env` (keys, and the environments a process holds), :mod:`.lmdb_writer`,
 :mod:`.lmdb_reader` (spans walked by key and decoded) and :mod:`.lmdb_window` (records landed from
-LMDB's own map, and random gets).
+LMDB's own map, small ones decoded together, and random gets).
 """
 
 from __future__ import annotations
@@ -12,18 +12,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-import numpy as np
-
 from shardpipe.errors import UsageError
 from shardpipe.formats.base import FormatBase, Offsets, RemoteBytes, ShardReader
 from shardpipe.formats.landing import LANDED_MIN_BYTES
 from shardpipe.formats.layout import SampleLayout
 from shardpipe.formats.lmdb_env import INDEX
-from shardpipe.formats.lmdb_reader import LmdbReader, Part, decode_parts
-from shardpipe.formats.lmdb_window import LmdbWindow, read_samples
+from shardpipe.formats.lmdb_reader import LmdbReader, Part
+from shardpipe.formats.lmdb_window import JoinedRecords, LmdbWindow, read_samples
 from shardpipe.formats.lmdb_writer import LmdbWriter
 from shardpipe.formats.readbuffer import ReadBuffer
-from shardpipe.formats.terms import ColumnsOut
 
 
 class LmdbFormat(FormatBase, format_name="lmdb"):
@@ -45,30 +42,17 @@ class LmdbFormat(FormatBase, format_name="lmdb"):
             )
         return LmdbReader(path, index, check=check)
 
-    def read_across(
-        self,
-        parts: Sequence[tuple[ShardReader, int, int]],
-        names: Sequence[str],
-        buffer: ReadBuffer,
-        order: np.ndarray | None = None,
-    ) -> ColumnsOut | None:
-        """One read transaction per shard and every record decoded together (:func:`decode_parts`);
-        ``None`` for shards of different framing versions or checks."""
-        records = cast(Sequence[Part], parts)
-        kinds = {(reader.version, reader.check) for reader, _, _ in records}
-        if len(kinds) != 1:
-            return None
-        version, check = kinds.pop()
-        return decode_parts(records, names, buffer, version=version, check=check, order=order)
-
     def locate(
         self,
         parts: Sequence[tuple[ShardReader, int, int]],
         names: Sequence[str],
+        buffer: ReadBuffer,
         *,
         any_size: bool = False,
         scattered: bool = False,
-    ) -> LmdbWindow | None:
+    ) -> LmdbWindow | JoinedRecords | None:
+        """Large records landed from LMDB's map, small ones decoded together (one read transaction per
+        shard, :func:`decode_parts`); ``None`` for shards of different framing versions or checks."""
         records = cast(Sequence[Part], parts)
         kinds = {(reader.version, reader.check) for reader, _, _ in records}
         if len(kinds) != 1:
@@ -78,8 +62,10 @@ class LmdbFormat(FormatBase, format_name="lmdb"):
             reader, start, _ = records[0]
             with reader.begin() as txn:
                 first = txn.get(INDEX.pack(start))
-                if first is None or (len(first) < LANDED_MIN_BYTES and not any_size):
-                    return None  # too small to gain (or missing: the general path names it)
+                if first is None:
+                    return None  # missing: the general path names it
+                if len(first) < LANDED_MIN_BYTES and not any_size:  # too small to gain
+                    return JoinedRecords(records, names, buffer, version=version, check=check)
         return LmdbWindow(records, names, version=version, check=check, one_by_one=scattered)
 
     def read_samples(

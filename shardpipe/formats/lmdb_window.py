@@ -14,7 +14,8 @@ from shardpipe.errors import CorruptShardError
 from shardpipe.formats import framing
 from shardpipe.formats.landing import BufferPool, Located, columns_of, land, lands
 from shardpipe.formats.lmdb_env import INDEX
-from shardpipe.formats.lmdb_reader import LmdbReader, Part
+from shardpipe.formats.lmdb_reader import LmdbReader, Part, decode_parts
+from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.formats.terms import ColumnsOut
 
 
@@ -44,6 +45,7 @@ class LmdbWindow:
         """``(reader, record)`` of each position in read order."""
         self._names, self._version, self._check = tuple(names), version, check
         self._one_by_one = one_by_one
+        self.in_pieces = not one_by_one
 
     def land(self, order: np.ndarray, pool: BufferPool) -> ColumnsOut:
         if not len(order):
@@ -55,7 +57,7 @@ class LmdbWindow:
             spans = framing.record_spans(views, self._names, version=self._version, check=self._check)
             landed = lands(spans.starts, spans.stops) if spans is not None else None
             if spans is not None and landed is not None and landed.any():
-                return land(spans, self._names, landed, pool, locate)
+                return land(spans, self._names, locate, landed=landed, pool=pool)
             try:  # copies every field out, and names the first damaged record
                 return framing.decode_many(views, self._names, version=self._version, check=self._check)
             except framing.RecordError as exc:
@@ -95,6 +97,28 @@ class LmdbWindow:
                     )
                     raise CorruptShardError.at(readers[reader_of[i]].shard, what, sample_index=sample_of[i])
             yield cast(list[memoryview], records), locate
+
+
+class JoinedRecords:
+    """A window's small records, decoded together when landed (:func:`decode_parts`): whole, in the order
+    asked, through ``buffer``."""
+
+    in_pieces = False
+
+    def __init__(
+        self, parts: Sequence[Part], names: Sequence[str], buffer: ReadBuffer, *, version: int, check: bool
+    ) -> None:
+        self._parts, self._names, self._buffer = parts, tuple(names), buffer
+        self._version, self._check = version, check
+
+    def land(self, order: np.ndarray | None, pool: BufferPool | None = None) -> ColumnsOut:
+        return decode_parts(
+            self._parts, self._names, self._buffer, version=self._version, check=self._check, order=order
+        )
+
+    @contextmanager
+    def located(self, order: np.ndarray) -> Iterator[Located | None]:
+        yield None  # nothing lands: small records are decoded together
 
 
 def _lookups(stack: ExitStack, readers: Mapping[int, LmdbReader]) -> dict[int, Callable[[bytes], Any]]:

@@ -56,6 +56,8 @@ class MappedShard:
 class MappedWindow:
     """The samples of ``parts`` (``(shard, start, stop)``, shard a position in ``shards``), in read order."""
 
+    in_pieces = True  # large fields land in buffers that batches are slices of
+
     def __init__(
         self,
         shards: Sequence[MappedShard],
@@ -90,7 +92,7 @@ class MappedWindow:
 
     def land(self, order: np.ndarray, pool: BufferPool) -> ColumnsOut:
         located = self._located(order)
-        return land(located.spans, self._names, self.landed, pool, located.locate)
+        return land(located.spans, self._names, located.locate, landed=self.landed, pool=pool)
 
     @contextmanager
     def located(self, order: np.ndarray) -> Iterator[Located]:
@@ -138,6 +140,8 @@ class ScatteredWindow:
     """The samples of ``parts`` (``(shard, start, stop)``, shard a position in ``shards``), a few here and
     there, read one by one by :func:`read_samples`: at a random batch's few samples per shard, the array
     work :class:`MappedWindow` does for a window costs more than the samples themselves."""
+
+    in_pieces = False
 
     def __init__(
         self, shards: Sequence[MappedShard], parts: Sequence[tuple[int, int, int]], names: Sequence[str]

@@ -32,7 +32,7 @@ from shardpipe.formats.cutting import (
     cut_samples,
     is_plain,
 )
-from shardpipe.formats.joined import all_joinable, read_across
+from shardpipe.formats.joined import JoinedWindow, all_joinable, join
 from shardpipe.formats.landing import LANDED_MIN_BYTES
 from shardpipe.formats.layout import OFFSET, ShardIndex
 from shardpipe.formats.mapped import MappedShard, MappedWindow, ScatteredWindow, read_samples
@@ -131,10 +131,8 @@ class SpanReader(ReaderBase):
                 cut_columns(view, rows, columns, start=first, base=base, shard=self.shard, keys=keys)
 
         fast = self._sliced
-        if self.joinable:
-            joined = read_across([(self, start, stop) for start, stop in runs], names, self._buffer)
-            if joined is not None:
-                return joined
+        if self.joinable and (joined := join([(self, a, z) for a, z in runs], names, self._buffer)):
+            return joined.land(None)
         all_rows = self._rows_of(runs) if fast else [None] * len(runs)
         if self._remote is not None and fast:
             wanted = [(rows[0][OFFSET], rows[-1][OFFSET]) for rows in all_rows if rows is not None]
@@ -244,7 +242,7 @@ class SpanReader(ReaderBase):
 
     @property
     def joinable(self) -> bool:
-        """Whether :func:`.joined.read_across` can read this shard: a local file, every sample sliced."""
+        """Whether :func:`.joined.join` can read this shard: a local file, every sample sliced."""
         return self._remote is None and self._sliced
 
     def _sliceable(self, view: memoryview, start: int, base: int, rows: Rows | None) -> Rows | None:
@@ -296,23 +294,15 @@ Part = tuple[SpanReader, int, int]
 class SpanFormat(FormatBase):
     """What the formats read by byte offset share (their ``Format`` classes derive from it)."""
 
-    def read_across(
-        self,
-        parts: Sequence[tuple[ShardReader, int, int]],
-        names: Sequence[str],
-        buffer: ReadBuffer,
-        order: np.ndarray | None = None,
-    ) -> ColumnsOut | None:
-        return read_across(cast(Sequence[Part], parts), names, buffer, order)
-
     def locate(
         self,
         parts: Sequence[tuple[ShardReader, int, int]],
         names: Sequence[str],
+        buffer: ReadBuffer,
         *,
         any_size: bool = False,
         scattered: bool = False,
-    ) -> MappedWindow | ScatteredWindow | None:
+    ) -> MappedWindow | ScatteredWindow | JoinedWindow | None:
         spans = cast(Sequence[Part], parts)
         readers = list(dict.fromkeys(reader for reader, _, _ in spans))
         if not all_joinable(readers):
@@ -325,9 +315,9 @@ class SpanFormat(FormatBase):
             offsets = {reader: reader.sliced_index.offsets for reader in readers}
             total = sum(offsets[r].item(stop) - offsets[r].item(start) for r, start, stop in spans)
             if total < LANDED_MIN_BYTES * sum(stop - start for _, start, stop in spans):
-                return None  # too small to gain: a field lands only where it averages that much
+                return join(spans, names, buffer)  # a field lands only where it averages that much
         window = MappedWindow([r.mapped() for r in readers], located, names, verified=readers[0].verified)
-        return window if any_size or window.landed.any() else None
+        return window if any_size or window.landed.any() else join(spans, names, buffer)
 
     def read_samples(
         self, readers: Mapping[int, ShardReader], picks: Sequence[tuple[int, int]], names: Sequence[str]
