@@ -2,11 +2,10 @@
 
 A reader reads whole samples into a buffer and hands the bytes here with the samples' index rows
 (:class:`~shardpipe.formats.layout.ShardIndex`): each sample's span is checked against its checksum (a
-version-2 index), then its key and fields are sliced out, as ``(key, fields)`` samples
-(:func:`cut_samples`) or appended to columns (:func:`cut_columns`): the paths of a few samples at a time
-(many go through :func:`.landing.land`). The spans were checked to lie inside their
-samples when the index was loaded or built, so no slice leaves its sample; a bad sample is named by its
-shard and position.
+version-2 index), then its key and fields are sliced out and appended to columns (:func:`cut_columns`):
+the path of a few samples at a time (many go through :func:`.landing.land`). The spans were checked to lie
+inside their samples when the index was loaded or built, so no slice leaves its sample; a bad sample is
+named by its shard and position.
 """
 
 from __future__ import annotations
@@ -45,28 +44,6 @@ def is_plain(rows: Rows) -> bool:
     return all(row[KEY_START] != PARSE for row in rows[:-1])
 
 
-def cut_samples(
-    view: memoryview, rows: Rows, index: ShardIndex, start: int, base: int, shard: str
-) -> list[tuple[str, dict[str, bytes]]]:
-    """Slice the keys and fields of ``rows``' samples (sample ``start`` first) out of ``view``, which holds
-    the file from ``base``. The spans were checked to lie inside their samples when the index was loaded
-    or built."""
-    columns = [(name, index.first_field + 2 * j) for j, name in enumerate(index.fields)]
-    out = []
-    for i in range(len(rows) - 1):
-        row = rows[i]
-        sample: dict[str, bytes] = {}
-        for name, column in columns:
-            if (a := row[column]) != NO_SPAN:
-                sample[name] = view[a - base : row[column + 1] - base].tobytes()
-        try:
-            key = str(view[row[KEY_START] - base : row[KEY_STOP] - base], "utf-8")
-        except UnicodeDecodeError as exc:
-            raise CorruptShardError.at(shard, f"key is not UTF-8: {exc}", sample_index=start + i) from None
-        out.append((key, sample))
-    return out
-
-
 ColumnSpecs = list[tuple[list[bytes | None], int]]
 
 
@@ -79,8 +56,8 @@ def cut_columns(
     view: memoryview, rows: Rows, columns: ColumnSpecs, *, start: int, base: int, shard: str, keys: list[str]
 ) -> None:
     """Append the keys and the field values (``columns``, from :func:`column_specs`) of ``rows``' samples
-    (sample ``start`` first), sliced out of ``view`` (the file from ``base``) as :func:`cut_samples` does,
-    without a dict per sample; a field a sample lacks is ``None``."""
+    (sample ``start`` first), sliced out of ``view`` (the file from ``base``); a field a sample lacks is
+    ``None``."""
     for i in range(len(rows) - 1):
         row = rows[i]
         try:

@@ -29,7 +29,6 @@ from shardpipe.formats.cutting import (
     check_spans,
     column_specs,
     cut_columns,
-    cut_samples,
     is_plain,
 )
 from shardpipe.formats.joined import JoinedWindow, all_joinable, join
@@ -187,7 +186,14 @@ class SpanReader(ReaderBase):
         rows = self._sliceable(view, first, base, rows)
         if rows is None:
             return self._parse_chunk(view, first, count, base)
-        return cut_samples(view, rows, self.index, first, base, self.shard)  # type: ignore[arg-type]
+        keys: list[str] = []
+        fields: dict[str, list[bytes | None]] = {name: [] for name in self.sliced_index.fields}
+        columns = column_specs(self.sliced_index, fields)
+        cut_columns(view, rows, columns, start=first, base=base, shard=self.shard, keys=keys)
+        return [
+            (key, {name: value for name, values in fields.items() if (value := values[i]) is not None})
+            for i, key in enumerate(keys)
+        ]
 
     def _chunks(
         self, start: int, stop: int, handle: Callable[[memoryview, int, int, int, Rows | None], T]
