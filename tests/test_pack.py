@@ -326,6 +326,24 @@ def test_resume_after_a_kill_between_manifest_and_journal_removal(
     assert load_manifest(out) == reference.manifest
 
 
+def test_resume_after_a_kill_while_the_journal_was_written(tmp_path: Path) -> None:
+    """A pack killed before its journal was published leaves only the journal's temporary: ``--resume``
+    starts it afresh, where a pack without ``--resume`` still refuses the non-empty OUT."""
+    make_tree(tmp_path / "src", 30)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / f"{output.JOURNAL_NAME}.tmp-12345").write_bytes(b'{"half a journ')
+    args = ["pack", tmp_path / "src", out, "--format", "tar", "--max-samples", "8", "-q"]
+    refused = run(*args)
+    assert refused.exit_code != 0 and "already holds other files" in refused.output
+    result = run(*args, "--resume")
+    assert result.exit_code == 0, result.output
+    reference = pack(
+        tmp_path / "src", tmp_path / "reference", PackOptions(format="tar", max_samples=8), quiet=True
+    )
+    assert tree_files(out) == tree_files(tmp_path / "reference") and load_manifest(out) == reference.manifest
+
+
 def test_resume_of_a_finished_pack_of_another_job_is_refused(tmp_path: Path) -> None:
     make_tree(tmp_path / "src", 30)
     out = tmp_path / "out"

@@ -119,8 +119,11 @@ class Output:
                 raise JobMismatchError.at(self.display, differences, complete=False)
             store.remove_temporaries()
             return Prepared({e.path: e for e in entries}, pieces={p.index: p for p in pieces})
-        elif store.list_keys():
-            raise OutputNotEmptyError.at(self.display, has_manifest)
+        else:
+            if resume:  # killed before its journal was published: at most a temporary of it is left
+                store.remove_temporaries()
+            if store.list_keys():
+                raise OutputNotEmptyError.at(self.display, has_manifest)
         store.put(JOURNAL_NAME, (json.dumps(job.to_json()) + "\n").encode())
         return Prepared({})
 
