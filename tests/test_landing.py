@@ -134,13 +134,13 @@ def test_a_damaged_large_sample_is_named_or_skipped(
     assert len(pads) == NUM_SAMPLES and sum(pads) == skipping.num_errors == 1
 
 
-@pytest.mark.parametrize("scattered", [False, True], ids=["window", "scattered"])
+@pytest.mark.parametrize("how", ["window", "scattered", "gets"])
 @pytest.mark.parametrize("fmt", ["tar", "tfrecord"])
 def test_a_mapped_file_cut_short_names_the_sample_instead_of_faulting(
-    packed: dict[str, Path], fmt: str, scattered: bool, tmp_path: Path
+    packed: dict[str, Path], fmt: str, how: str, tmp_path: Path
 ) -> None:
     """A touch past a mapped file's end would kill the process (SIGBUS): the size is checked first, by a
-    window's landing and by random access's sample-by-sample reads alike."""
+    window's landing (streamed or scattered) and by random gets' sample-by-sample reads alike."""
     out = _copy(packed[fmt], tmp_path / fmt)
     manifest = load_manifest(out)
     entry = manifest.splits["train"][0]
@@ -148,18 +148,27 @@ def test_a_mapped_file_cut_short_names_the_sample_instead_of_faulting(
     shard_format = get_format(fmt)
     with shard_format.open_reader(out / entry.path, index) as reader:
         parts = [(reader, 0, entry.num_samples)]
-        window = shard_format.locate(parts, ["bin", "txt"], ReadBuffer(), scattered=scattered)
+        window = shard_format.locate(parts, ["bin", "txt"], ReadBuffer(), scattered=how == "scattered")
         assert window is not None
-        keys, fields = window.land(np.array([0, 2, 1]), BufferPool())
-        assert len(keys) == 3 and len(fields["bin"]) == 3
+
+        def read(picks: list[int]) -> list[str]:
+            if how == "gets":
+                samples = shard_format.read_samples({0: reader}, [(0, i) for i in picks], ["bin", "txt"])
+                assert samples is not None
+                return [sample["__key__"] for sample in samples]
+            assert window is not None
+            keys, fields = window.land(np.array(picks), BufferPool())
+            assert len(fields["bin"]) == len(picks)
+            return keys
+
+        assert len(read([0, 2, 1])) == 3
         with open(out / entry.path, "r+b") as file:
             file.truncate(int(index.offsets[4]) - 10)  # sample 3 ends past the new end
         with pytest.raises(
             CorruptShardError, match=r"shard-000000.*sample 3.*shorter than when it was opened"
         ):
-            window.land(np.array([1, 3, 4]), BufferPool())
-        keys, _ = window.land(np.array([2, 0]), BufferPool())  # what the file still holds reads on
-        assert len(keys) == 2
+            read([1, 3, 4])
+        assert len(read([2, 0])) == 2  # what the file still holds reads on
 
 
 def _spans(sources: list[bytes], rows: list[tuple[int, ...]], *, checked: bool) -> Spans:

@@ -52,21 +52,23 @@ class LmdbFormat(FormatBase, format_name="lmdb"):
         scattered: bool = False,
     ) -> LmdbWindow | JoinedRecords | None:
         """Large records landed from LMDB's map, small ones decoded together (one read transaction per
-        shard, :func:`decode_parts`); ``None`` for shards of different framing versions or checks."""
+        shard, :func:`decode_parts`) or, scattered, one by one; ``None`` for shards of different framing
+        versions or checks."""
         records = cast(Sequence[Part], parts)
         kinds = {(reader.version, reader.check) for reader, _, _ in records}
         if len(kinds) != 1:
             return None
         version, check = kinds.pop()
-        if not scattered:
-            reader, start, _ = records[0]
-            with reader.begin() as txn:
-                first = txn.get(INDEX.pack(start))
-                if first is None:
-                    return None  # missing: the general path names it
-                if len(first) < LANDED_MIN_BYTES and not any_size:  # too small to gain
-                    return JoinedRecords(records, names, buffer, version=version, check=check)
-        return LmdbWindow(records, names, version=version, check=check, one_by_one=scattered)
+        reader, start, _ = records[0]
+        with reader.begin() as txn:
+            first = txn.get(INDEX.pack(start))
+            if first is None:
+                return None  # missing: the general path names it
+            if len(first) < LANDED_MIN_BYTES and not any_size:  # too small to gain
+                if scattered:
+                    return LmdbWindow(records, names, version=version, check=check, one_by_one=True)
+                return JoinedRecords(records, names, buffer, version=version, check=check)
+        return LmdbWindow(records, names, version=version, check=check)
 
     def read_samples(
         self, readers: Mapping[int, ShardReader], picks: Sequence[tuple[int, int]], names: Sequence[str]

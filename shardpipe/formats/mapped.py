@@ -1,11 +1,11 @@
 """Large samples of the formats read by byte offset (tar, TFRecord), landed from a memory map of each shard.
 
 The index says where every sample, key and field lies, so a window is located with a few array operations
-and each piece of it is landed by :func:`.landing.land` straight out of the map. Scattered samples (random
-access: a few here and there) are read one by one instead (:class:`ScatteredWindow`): for them a window's
-array work would cost more than the samples themselves. A file cut short while it is mapped would fault
-the process (SIGBUS) at the first touch past its end, so every piece first checks the size of each file it
-reads against the spans it needs, and names the first sample the file no longer holds.
+and each piece of it is landed by :func:`.landing.land` straight out of the map. Small scattered samples
+(random access: a few here and there) are read one by one instead (:class:`ScatteredWindow`): for them a
+window's array work would cost more than the samples themselves. A file cut short while it is mapped
+would fault the process (SIGBUS) at the first touch past its end, so every piece first checks the size of
+each file it reads against the spans it needs, and names the first sample the file no longer holds.
 """
 
 from __future__ import annotations
@@ -137,9 +137,9 @@ class MappedWindow:
 
 
 class ScatteredWindow:
-    """The samples of ``parts`` (``(shard, start, stop)``, shard a position in ``shards``), a few here and
-    there, read one by one by :func:`read_samples`: at a random batch's few samples per shard, the array
-    work :class:`MappedWindow` does for a window costs more than the samples themselves."""
+    """The samples of ``parts`` (``(shard, start, stop)``, shard a position in ``shards``), a few small ones
+    here and there, read one by one by :func:`read_samples`: at a random batch's few samples per shard, the
+    array work :class:`MappedWindow` does for a window costs more than such samples themselves."""
 
     in_pieces = False
 

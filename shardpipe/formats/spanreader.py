@@ -315,15 +315,19 @@ class SpanFormat(FormatBase):
             return None
         slot = {reader: i for i, reader in enumerate(readers)}
         located = [(slot[reader], start, stop) for reader, start, stop in spans]
-        if scattered:
-            return ScatteredWindow([r.mapped() for r in readers], located, names)
+
+        def small() -> ScatteredWindow | JoinedWindow | None:  # read one by one, or joined and gathered
+            if scattered:
+                return ScatteredWindow([r.mapped() for r in readers], located, names)
+            return join(spans, names, buffer)
+
         if not any_size:
             offsets = {reader: reader.sliced_index.offsets for reader in readers}
             total = sum(offsets[r].item(stop) - offsets[r].item(start) for r, start, stop in spans)
             if total < LANDED_MIN_BYTES * sum(stop - start for _, start, stop in spans):
-                return join(spans, names, buffer)  # a field lands only where it averages that much
+                return small()  # a field lands only where it averages that much
         window = MappedWindow([r.mapped() for r in readers], located, names, verified=readers[0].verified)
-        return window if any_size or window.landed.any() else join(spans, names, buffer)
+        return window if any_size or window.landed.any() else small()
 
     def read_samples(
         self, readers: Mapping[int, ShardReader], picks: Sequence[tuple[int, int]], names: Sequence[str]
