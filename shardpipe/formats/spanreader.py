@@ -63,6 +63,12 @@ class SpanReader(ReaderBase):
         """Whether each sample's checksum is checked (a version-2 index, and ``check``)."""
         self._check_framing = check and not self.verified
         """Whether the format's own checks run instead (a version-1 index, or plain offsets)."""
+        self._sliced = isinstance(index, ShardIndex) and index.all_plain and not self._check_framing
+        """Whether every sample is sliced by a ``ShardIndex`` (none parsed or checked by the format's own
+        framing)."""
+        self.joinable = remote is None and self._sliced
+        """Whether :func:`.joined.join` can read this shard, and it can be read from a map: a local file,
+        every sample sliced (fixed when opened: random gets ask at every get)."""
         self._buffer = ReadBuffer()
         self._remote = remote
         self._fetched: dict[int, bytes] = {}  # base offset -> bytes of a run, fetched ahead by read_runs
@@ -229,13 +235,6 @@ class SpanReader(ReaderBase):
             yield result
             first = last
 
-    @property
-    def _sliced(self) -> bool:
-        """Whether every sample is sliced by a ``ShardIndex`` (none parsed or checked by the format's own
-        framing)."""
-        index = self.index
-        return isinstance(index, ShardIndex) and index.all_plain and not self._check_framing
-
     def read_into(self, view: memoryview, base: int) -> int:
         """Bytes of the local file from ``base`` into ``view`` (one ``preadv``); how many there were."""
         self.check_open()
@@ -245,11 +244,6 @@ class SpanReader(ReaderBase):
     def sliced_index(self) -> ShardIndex:
         """The index, for a reader that slices every sample by it (:attr:`joinable`)."""
         return cast(ShardIndex, self.index)
-
-    @property
-    def joinable(self) -> bool:
-        """Whether :func:`.joined.join` can read this shard: a local file, every sample sliced."""
-        return self._remote is None and self._sliced
 
     def _sliceable(self, view: memoryview, start: int, base: int, rows: Rows | None) -> Rows | None:
         """The chunk's index ``rows``, checked, when every sample can be sliced by them; ``None`` to parse."""
@@ -332,7 +326,9 @@ class SpanFormat(FormatBase):
     def read_samples(
         self, readers: Mapping[int, ShardReader], picks: Sequence[tuple[int, int]], names: Sequence[str]
     ) -> list[dict[str, Any]] | None:
-        spans = cast(Mapping[int, SpanReader], readers)
-        if not all(reader.joinable for reader in spans.values()):
-            return None
-        return read_samples({shard: reader.mapped() for shard, reader in spans.items()}, picks, names)
+        maps = {}
+        for shard, reader in cast(Mapping[int, SpanReader], readers).items():  # one loop: paid every get
+            if not reader.joinable:
+                return None
+            maps[shard] = reader.mapped()
+        return read_samples(maps, picks, names)
