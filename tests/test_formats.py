@@ -33,8 +33,8 @@ from shardpipe.formats import (
 )
 from shardpipe.formats.base import Format, ShardReader
 from shardpipe.formats.joined import JOINED_BYTES
-from shardpipe.formats.landing import BufferPool
 from shardpipe.formats.layout import CHECKSUM, NO_SPAN, ShardIndex, shard_checksums
+from shardpipe.formats.leases import BufferPool
 from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.formats.terms import ColumnsOut, Fields
 from tests.datagen import read_with_webdataset

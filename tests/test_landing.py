@@ -17,9 +17,10 @@ from loaders import ShardedDataset, make_loader
 from loaders.batches import RaggedBytes
 from loaders.reading.readers import ShardReaders
 from shardpipe.errors import CorruptShardError, DataError
-from shardpipe.formats import bytecolumn, framing, get_format, landing
-from shardpipe.formats.landing import LANDED_MIN_BYTES, BufferPool, Spans
+from shardpipe.formats import bytecolumn, framing, get_format, landing, leases
+from shardpipe.formats.landing import LANDED_MIN_BYTES, Spans
 from shardpipe.formats.layout import ShardIndex
+from shardpipe.formats.leases import BufferPool
 from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.manifest import load_manifest
 from shardpipe.packing import PackOptions, pack
@@ -250,7 +251,7 @@ def test_of_the_smallest_idle_buffers_that_fit_the_one_taken_last_is_reused() ->
     """A window's pieces differ a little in size: they share buffers made a size class at a time, and the
     one the last piece took, still in the CPU cache, serves the next, where the first of the list did and
     a mixture cycled through all of them."""
-    pool = landing.BufferPool()
+    pool = leases.BufferPool()
 
     def address(view: np.ndarray) -> int:
         return int(view.__array_interface__["data"][0])
@@ -266,7 +267,7 @@ def test_of_the_smallest_idle_buffers_that_fit_the_one_taken_last_is_reused() ->
 
 
 def test_a_pooled_buffer_is_reused_only_once_nothing_holds_it() -> None:
-    pool = landing.BufferPool()
+    pool = leases.BufferPool()
     first = pool.take(1000)
     address = first.__array_interface__["data"][0]
     held = pool.take(500)  # ``first`` is still held: another buffer
@@ -276,15 +277,15 @@ def test_a_pooled_buffer_is_reused_only_once_nothing_holds_it() -> None:
     assert again.__array_interface__["data"][0] == address and len(again) == 800
     bigger = pool.take(5000)  # none free is large enough: a new one
     assert bigger.__array_interface__["data"][0] not in (address, held.__array_interface__["data"][0])
-    kept = [pool.take(10) for _ in range(2 * landing.POOLED_BUFFERS)]  # all held: the pool stops growing
-    assert len(pool._buffers) == landing.POOLED_BUFFERS and all(len(b) == 10 for b in kept)
+    kept = [pool.take(10) for _ in range(2 * leases.POOLED_BUFFERS)]  # all held: the pool stops growing
+    assert len(pool._buffers) == leases.POOLED_BUFFERS and all(len(b) == 10 for b in kept)
     del held, bigger, kept  # ``again`` still holds the first pooled buffer
     large = pool.take(10_000)  # the pool is full and no idle buffer is large enough: one is replaced
-    assert len(large) == 10_000 and len(pool._buffers) == landing.POOLED_BUFFERS
+    assert len(large) == 10_000 and len(pool._buffers) == leases.POOLED_BUFFERS
     assert _address(again) == _address(pool._buffers[0])
-    huge = pool.take(landing.POOLED_BYTES + 1)  # past the pool's bytes: handed out, never kept
-    assert len(huge) == landing.POOLED_BYTES + 1 and _address(huge) not in map(_address, pool._buffers)
-    small = landing.BufferPool(max_buffers=2, max_bytes=1100)  # bounds of its own (400 bytes take 512)
+    huge = pool.take(leases.POOLED_BYTES + 1)  # past the pool's bytes: handed out, never kept
+    assert len(huge) == leases.POOLED_BYTES + 1 and _address(huge) not in map(_address, pool._buffers)
+    small = leases.BufferPool(max_buffers=2, max_bytes=1100)  # bounds of its own (400 bytes take 512)
     held_small = [small.take(400) for _ in range(3)]
     pooled = list(map(_address, small._buffers))
     assert [_address(h) in pooled for h in held_small] == [True, True, False]  # the third is not kept
@@ -293,7 +294,7 @@ def test_a_pooled_buffer_is_reused_only_once_nothing_holds_it() -> None:
 def test_a_lease_lasts_as_long_as_anything_cut_from_it() -> None:
     """Views of views, tensors and Arrow buffers all keep the buffer out of the pool; it comes back only
     once the last of them is gone, and a kept one never changes while the pool serves other takes."""
-    pool = landing.BufferPool()
+    pool = leases.BufferPool()
     lease = pool.take(1000)
     lease[:] = 7
     held = [lease[10:20][2:5], torch.from_numpy(lease[100:200]), pa.py_buffer(lease[300:400])]

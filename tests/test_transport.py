@@ -22,7 +22,7 @@ from loaders.transfer import sizing as sz
 from loaders.transfer import transport as tp
 from loaders.transfer.sizing import PREFETCH, slot_bytes_for
 from loaders.transfer.transport import Ring, RingBatch, RingSender, RingStalledError, Transport
-from shardpipe.formats import landing
+from shardpipe.formats import leases
 from tests.datagen import pack_dataset
 
 
@@ -112,7 +112,7 @@ def test_kept_batches_stay_intact_and_dropped_ones_lend_their_buffers() -> None:
 def test_the_trainer_pools_as_many_buffers_as_the_ring_has_slots() -> None:
     """Messages are copied out as they arrive and wait for their turn: with a deep prefetch more of them
     are held at once than a default pool keeps, and each would otherwise be fresh memory."""
-    slots = 2 * landing.POOLED_BUFFERS
+    slots = 2 * leases.POOLED_BUFFERS
     ring = Ring.create(num_workers=1, num_slots=slots, slot_bytes=1 << 19)
     sender = RingSender(ring)
 

@@ -23,8 +23,9 @@ from loaders.reading.compression import field_codecs
 from loaders.reading.source import DatasetSource
 from shardpipe.formats.base import Format, ShardReader
 from shardpipe.formats.decompressor import FieldCodecs
-from shardpipe.formats.landing import BufferPool, Landing
+from shardpipe.formats.landing import Landing
 from shardpipe.formats.layout import ShardIndex, index_bytes
+from shardpipe.formats.leases import BufferPool
 from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.shardtable import ShardTable
 

@@ -39,7 +39,7 @@ from torch.utils.data import get_worker_info
 from loaders.transfer.chunks import Chunk
 from loaders.transfer.collate import Batch, RaggedBytes
 from shardpipe.errors import ShardpipeError
-from shardpipe.formats.landing import POOLED_BUFFERS, POOLED_BYTES, BufferPool
+from shardpipe.formats.leases import POOLED_BUFFERS, POOLED_BYTES, BufferPool
 
 Transport = Literal["auto", "pipe", "ring"]
 FULL_WAIT_S = 0.1

@@ -5,7 +5,8 @@ exposes one ``FORMAT`` object; :func:`get_format` imports only the module asked 
 its own format's libraries, not everyone's.
 
 Inside, imports point one way: the leaves (:mod:`.terms`, the shared words; :mod:`.readbuffer`;
-:mod:`.checksums`, the per-sample checksum and the one check of many samples), then
+:mod:`.checksums`, the per-sample checksum and the one check of many samples; :mod:`.leases`, buffers
+reused once nothing cut from them is left), then
 the columns (:mod:`.bytecolumn`), the index (:mod:`.layout`) and the slicing by it (:mod:`.cutting`), then
 the interface (:mod:`.base`) and the readers and writers built on it, with their parts: :mod:`.landing`
 (the one kernel that turns located samples into columns, every byte checked), :mod:`.mapped` (large

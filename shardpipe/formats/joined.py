@@ -16,8 +16,9 @@ from typing import Protocol
 import numpy as np
 
 from shardpipe.errors import CorruptShardError
-from shardpipe.formats.landing import BufferPool, Located, Spans, land
+from shardpipe.formats.landing import Located, Spans, land
 from shardpipe.formats.layout import CHECKSUM, KEY_START, KEY_STOP, OFFSET, ShardIndex
+from shardpipe.formats.leases import BufferPool
 from shardpipe.formats.readbuffer import ReadBuffer
 from shardpipe.formats.terms import ColumnsOut
 

@@ -12,7 +12,8 @@ import numpy as np
 
 from shardpipe.errors import CorruptShardError
 from shardpipe.formats import framing
-from shardpipe.formats.landing import BufferPool, Located, columns_of, land, lands
+from shardpipe.formats.landing import Located, columns_of, land, lands
+from shardpipe.formats.leases import BufferPool
 from shardpipe.formats.lmdb_env import INDEX
 from shardpipe.formats.lmdb_reader import LmdbReader, Part, decode_parts
 from shardpipe.formats.readbuffer import ReadBuffer

@@ -24,8 +24,9 @@ import numpy as np
 from shardpipe.errors import CorruptShardError
 from shardpipe.formats.base import check_open
 from shardpipe.formats.checksums import checksum
-from shardpipe.formats.landing import BufferPool, Located, Spans, columns_of, land, lands
+from shardpipe.formats.landing import Located, Spans, columns_of, land, lands
 from shardpipe.formats.layout import CHECKSUM, KEY_START, KEY_STOP, NO_SPAN, OFFSET, ShardIndex
+from shardpipe.formats.leases import BufferPool
 from shardpipe.formats.terms import ColumnsOut
 
 
