@@ -14,7 +14,7 @@ import mmap
 import os
 import struct
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -50,9 +50,6 @@ class MappedShard:
     verified: bool
     """Whether each sample's checksum is checked."""
 
-    def check_open(self) -> None:
-        check_open(self.closer, self.name)
-
 
 class MappedWindow:
     """The samples of ``parts`` (``(shard, start, stop)``, shard a position in ``shards``), in read order."""
@@ -83,8 +80,6 @@ class MappedWindow:
         self._rows = rows.astype(np.int64)  # NO_SPAN becomes -1
         self._ends = ends.astype(np.int64)
         self._checksums = rows[:, CHECKSUM] if verified else None
-        self._window_ends = np.zeros(len(shards), np.int64)  # the end of the last span read from each file
-        np.maximum.at(self._window_ends, self._shard_of, self._ends)
         index = shards[0].index
         columns = [index.first_field + 2 * index.fields.index(name) for name in names]
         self._columns = np.array(columns)
@@ -101,7 +96,7 @@ class MappedWindow:
 
     def _located(self, order: np.ndarray) -> Located:
         rows, ends, shard_of = self._rows[order], self._ends[order], self._shard_of[order]
-        self._check_sizes(shard_of, ends, order)
+        self._check_sizes(shard_of, order)
         maps = [shard.data for shard in self._shards]
         spans = Spans(
             sources=[maps[shard] for shard in shard_of.tolist()],
@@ -118,23 +113,14 @@ class MappedWindow:
             return self._shards[int(shard_of[i])].name, int(self._sample_of[order[i]])
 
         def check(begin: int, end: int) -> None:
-            self._check_sizes(shard_of[begin:end], ends[begin:end], order[begin:end])
+            self._check_sizes(shard_of[begin:end], order[begin:end])
 
         return Located(spans, locate, check)
 
-    def _check_sizes(self, shard_of: np.ndarray, ends: np.ndarray, order: np.ndarray) -> None:
-        """Every file still holds the spans read from it: a touch past a mapped file's end is a fault."""
-        for shard in set(shard_of.tolist()):
-            mapped = self._shards[shard]
-            mapped.check_open()
-            size = file_size(mapped.fd)
-            if size >= self._window_ends[shard]:
-                continue
-            beyond = (shard_of == shard) & (ends > size)
-            if beyond.any():
-                first = int(self._sample_of[order[beyond]].min())
-                detail = f"file is {size:,} bytes now, shorter than when it was opened (cut short?)"
-                raise CorruptShardError.at(mapped.name, detail, sample_index=first)
+    def _check_sizes(self, shard_of: np.ndarray, order: np.ndarray) -> None:
+        """Every file still holds the samples at ``order`` (:func:`check_sizes`)."""
+        shards = {slot: self._shards[slot] for slot in set(shard_of.tolist())}
+        check_sizes(shards, lambda: zip(shard_of.tolist(), self._sample_of[order].tolist(), strict=True))
 
 
 class ScatteredWindow:
@@ -173,7 +159,7 @@ def read_samples(
 
     Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample: a checksum that
     differs, a key that is not UTF-8, a file cut short under a sample to be read."""
-    _check_sizes(shards, picks)
+    check_sizes(shards, lambda: picks)
     ready, layout, columns = {}, None, []
     for slot, shard in shards.items():
         index = shard.index
@@ -213,15 +199,17 @@ def read_samples(
     return out
 
 
-def _check_sizes(shards: Mapping[int, MappedShard], picks: Sequence[tuple[int, int]]) -> None:
-    """Every file still holds the samples to be read from it: a touch past a mapped file's end would fault
-    the process. One :func:`file_size` a file: one no shorter than its map holds them all."""
+def check_sizes(shards: Mapping[int, MappedShard], picks: Callable[[], Iterable[tuple[int, int]]]) -> None:
+    """Every file of ``shards`` (open readers') still holds the samples to be read from it, ``picks()``
+    (``(slot, sample)``, asked for only where a file is now shorter than its map): a touch past a mapped
+    file's end would fault the process. The one guard of every read from a map; one :func:`file_size` a
+    file, the cost of a random get's guard."""
     for slot, shard in shards.items():
-        check_open(shard.closer, shard.name)  # not the method: one call less, paid every get
+        check_open(shard.closer, shard.name)
         if (size := file_size(shard.fd)) >= len(shard.data):
             continue
         offsets = shard.index.offsets
-        beyond = [i for s, i in picks if s == slot and offsets.item(i + 1) > size]
+        beyond = [i for s, i in picks() if s == slot and offsets.item(i + 1) > size]
         if beyond:
             detail = f"file is {size:,} bytes now, shorter than when it was opened (cut short?)"
             raise CorruptShardError.at(shard.name, detail, sample_index=min(beyond))
