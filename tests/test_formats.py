@@ -687,7 +687,8 @@ def test_joining_leaves_to_the_caller_what_it_cannot_gather_together(
 
 
 def _decode_each(records: Sequence[bytes], names: Sequence[str]) -> tuple[list[str], dict[str, list]]:
-    """What ``decode_many`` must return, record by record; ``RecordError`` at the first bad one."""
+    """What ``decode_many`` must return, record by record; ``RecordError`` at the first bad one (which
+    ``decode_many`` names as its sample)."""
     keys: list[str] = []
     fields: dict[str, list[bytes | None]] = {name: [] for name in names}
     for position, record in enumerate(records):
@@ -711,9 +712,9 @@ def _decode_each(records: Sequence[bytes], names: Sequence[str]) -> tuple[list[s
 def test_framing_decodes_many_records_as_it_decodes_each(
     samples: list[Sample], one_schema: bool, damage: list[tuple[int, int]]
 ) -> None:
-    """Every path (joined and checked as arrays, joined and one by one, where they lie; and records that
-    arrive joined) agrees with ``decode`` on every record, damaged ones included: the same columns, or a
-    ``RecordError`` at the same position."""
+    """Every path (landed as arrays from one buffer or where they lie, or one by one) agrees with
+    ``decode`` on every record, damaged ones included: the same columns, or an error naming the same
+    record."""
     if one_schema:  # the common case, a shard of one field set: the fast path
         samples = [(key, {"bin": fields.get("bin", b""), "cls": b"1"}) for key, fields in samples]
     records = [bytearray(framing.encode(key, fields)) for key, fields in samples]
@@ -729,30 +730,39 @@ def test_framing_decodes_many_records_as_it_decodes_each(
             mock.patch.object(framing, "_JOIN_BYTES", join_bytes),
         ):
             for decoded in (
-                lambda: framing.decode_many(records, names, version=2, check=True),
-                lambda: framing.decode_joined(blob, sizes, names, version=2, check=True),
+                lambda: framing.decode_many(_views(records), names, _named, version=2, check=True),
+                lambda: framing.decode_many(
+                    memoryview(blob), names, _named, version=2, check=True, sizes=sizes
+                ),
             ):
                 try:
                     expected = _decode_each([bytes(r) for r in records], names)
                 except framing.RecordError as exc:
-                    with pytest.raises(framing.RecordError) as raised:
+                    with pytest.raises(CorruptShardError) as raised:
                         decoded()
-                    assert raised.value.position == exc.position
+                    assert (raised.value.shard, raised.value.sample_index) == ("s", exc.position)
                 else:
                     assert listed(decoded()) == expected
+
+
+def _views(records: Sequence[bytes | bytearray]) -> list[memoryview]:
+    return [memoryview(record) for record in records]
+
+
+def _named(position: int) -> tuple[str, int]:
+    return "s", position
 
 
 @mock.patch.object(framing, "_JOIN_MIN_RECORDS", 1)
 def test_framing_decode_many_skips_checksums_when_asked() -> None:
     records = [bytearray(framing.encode(f"k/{i}", {"bin": b"abc"})) for i in range(3)]
     records[1][-9] ^= 1  # the last data byte of record 1
-    with pytest.raises(framing.RecordError, match="checksum") as raised:
-        framing.decode_many(records, ["bin"], version=2, check=True)
-    assert raised.value.position == 1
-    keys, fields = listed(framing.decode_many(records, ["bin"], version=2, check=False))
+    with pytest.raises(CorruptShardError, match="s, sample 1: sample bytes differ from their checksum"):
+        framing.decode_many(_views(records), ["bin"], _named, version=2, check=True)
+    keys, fields = listed(framing.decode_many(_views(records), ["bin"], _named, version=2, check=False))
     assert keys == ["k/0", "k/1", "k/2"] and fields["bin"] == [b"abc", b"abb", b"abc"]
-    version_1 = [bytes(r[:-8]) for r in records]
-    assert listed(framing.decode_many(version_1, ["bin"], version=1, check=True)) == (keys, fields)
+    version_1 = _views([bytes(r[:-8]) for r in records])
+    assert listed(framing.decode_many(version_1, ["bin"], _named, version=1, check=True)) == (keys, fields)
 
 
 @mock.patch.object(framing, "_JOIN_MIN_RECORDS", 1)
@@ -762,9 +772,8 @@ def test_framing_decode_many_rejects_lengths_that_wrap() -> None:
     body = bytearray(records[1][:-8])
     struct.pack_into("<QQ", body, 4, 3 + (1 << 63), 3 + (1 << 63))  # key and bin: 6 + 2**64 in all
     records[1] = bytes(body) + struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(body)))
-    with pytest.raises(framing.RecordError, match="declares") as raised:
-        framing.decode_many(records, ["bin"], version=2, check=True)
-    assert raised.value.position == 1
+    with pytest.raises(CorruptShardError, match=r"s, sample 1: .*declares"):
+        framing.decode_many(_views(records), ["bin"], _named, version=2, check=True)
 
 
 def test_framing_rejects_a_key_field() -> None:

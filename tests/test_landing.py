@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -229,22 +230,33 @@ def test_land_gathers_samples_of_one_buffer_in_the_order_asked_and_checks_every_
         landing.land(spans, ["big"], lambda i: ("shard-x", i), order=order)
 
 
+def _sizes(records: Sequence[bytes | memoryview]) -> np.ndarray:
+    return np.array([len(record) for record in records], np.int64)
+
+
 def test_record_spans_agree_with_decode_and_refuse_a_record_that_differs() -> None:
+    """Where they lie or end to end in one buffer, the spans of each record are where ``decode`` finds its
+    key and fields."""
     records = [framing.encode(f"k{i}", {"a": b"x" * (i + 1), "b": b"y" * (10 * i + 3)}) for i in range(5)]
     views = [memoryview(record) for record in records]
-    spans = framing.record_spans(views, ["b", "z", "a"], version=framing.VERSION, check=True)
-    assert spans is not None
-    for i, record in enumerate(records):
-        key, fields = framing.decode(record)
-        assert bytes(record[spans.key_starts[i] : spans.key_stops[i]]).decode() == key
-        assert record[spans.starts[i, 0] : spans.stops[i, 0]] == fields["b"]
-        assert record[spans.starts[i, 2] : spans.stops[i, 2]] == fields["a"]
-        assert spans.starts[i, 1] == -1  # no field z
-        assert xxhash.xxh3_64_intdigest(record[: spans.ends[i]]) == spans.checksums[i]
+    joined = memoryview(b"".join(records))
+    for source in (views, joined):
+        spans = framing.record_spans(source, _sizes(views), ["b", "z", "a"], version=2, check=True)
+        assert spans is not None and spans.checksums is not None and not spans.in_file
+        for i, record in enumerate(records):
+            view = spans.each()[i]
+            key, fields = framing.decode(record)
+            assert bytes(view[spans.key_starts[i] : spans.key_stops[i]]).decode() == key
+            assert view[spans.starts[i, 0] : spans.stops[i, 0]] == fields["b"]
+            assert view[spans.starts[i, 2] : spans.stops[i, 2]] == fields["a"]
+            assert spans.starts[i, 1] == -1  # no field z
+            assert xxhash.xxh3_64_intdigest(view[spans.begins[i] : spans.ends[i]]) == spans.checksums[i]
     other = framing.encode("k9", {"a": b"x", "c": b"y"})  # other field names: decoded one by one instead
-    assert framing.record_spans([*views, memoryview(other)], ["a"], version=2, check=True) is None
-    short = records[1][:-3]  # the header disagrees with the length
-    assert framing.record_spans([views[0], memoryview(short)], ["a"], version=2, check=True) is None
+    differ = [*views, memoryview(other)]
+    assert framing.record_spans(differ, _sizes(differ), ["a"], version=2, check=True) is None
+    short = [views[0], memoryview(records[1][:-3])]  # the header disagrees with the length
+    assert framing.record_spans(short, _sizes(short), ["a"], version=2, check=True) is None
+    assert framing.record_spans(views, _sizes([]), ["a"], version=2, check=True) is None
 
 
 def test_of_the_smallest_idle_buffers_that_fit_the_one_taken_last_is_reused() -> None:

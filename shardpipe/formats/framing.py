@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import itertools
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import xxhash
 
-from shardpipe.errors import DataError
+from shardpipe.errors import CorruptShardError, DataError
 from shardpipe.formats import bytecolumn
-from shardpipe.formats.bytecolumn import ByteColumn
-from shardpipe.formats.checksums import checksum, first_mismatch
-from shardpipe.formats.landing import Spans
+from shardpipe.formats.checksums import first_mismatch
+from shardpipe.formats.landing import Spans, land, lands
+from shardpipe.formats.leases import BufferPool
 from shardpipe.formats.terms import Column, ColumnsOut, Fields
 
 VERSION = 2
@@ -40,7 +40,7 @@ _MAX_FIELDS = 4096
 _JOIN_BYTES = 16 << 10
 _JOIN_MIN_RECORDS = 32
 """Records of at most ``_JOIN_BYTES`` each on average are worth joining, larger ones are cheaper to slice
-where they lie; joined records are checked as arrays from this many on, fewer do not pay for the fixed
+where they lie; records are checked as arrays and landed from this many on, fewer do not pay for the fixed
 cost (a few dozen numpy calls; docs/design.md, "Formats and the index")."""
 _tables: dict[int, struct.Struct] = {}
 _layouts: dict[tuple[str, ...], tuple[list[int], struct.Struct, tuple[int, ...], bytes]] = {}
@@ -52,7 +52,7 @@ class FramingError(DataError):
 
 
 class RecordError(FramingError):
-    """Record ``position`` of a :func:`decode_many` call is damaged."""
+    """Record ``position`` of those decoded one by one is damaged."""
 
     def __init__(self, message: str, *, position: int = -1) -> None:
         super().__init__(message)
@@ -132,8 +132,8 @@ def decode(record: bytes | memoryview, *, version: int = VERSION, check: bool = 
     """
     view = record if isinstance(record, memoryview) else memoryview(record)
     names, lengths, pos, end = _header(view, version)
-    # Hashed first, in one call where the record lies; the copies below then read it from the CPU cache.
-    if check and version >= 2 and checksum(view[:end]) != _CHECKSUM.unpack_from(view, end)[0]:
+    # Hashed first, where the record lies; the copies below then read it from the CPU cache.
+    if check and version >= 2 and first_mismatch(view, (0,), (end,), _CHECKSUM.unpack_from(view, end)) == 0:
         raise FramingError("record bytes differ from their checksum")
     key_end = pos + lengths[0]
     fields: Fields = {}
@@ -173,21 +173,37 @@ def _header(view: memoryview, version: int) -> tuple[tuple[str, ...], tuple[int,
 
 
 def record_spans(
-    records: Sequence[memoryview], names: Sequence[str], *, version: int, check: bool
+    records: memoryview | Sequence[memoryview],
+    sizes: np.ndarray,
+    names: Sequence[str],
+    *,
+    version: int,
+    check: bool,
 ) -> Spans | None:
-    """Where each record's checked bytes, key and each of ``names`` lie (:class:`~.landing.Spans`, each
-    record its own source), read from the headers as arrays; ``None`` when a record does not repeat the
+    """Where each record's checked bytes, key and each of ``names`` lie (:class:`~.landing.Spans`), read
+    from the headers as arrays; ``records`` is one buffer that holds them end to end (record i
+    ``sizes[i]`` bytes) or one view each. ``None`` when there are none, when a record does not repeat the
     first one's field names or its header disagrees with its length (decode them one by one then, which
     names the fault)."""
-    sizes = np.fromiter(map(len, records), np.int64, len(records))
+    if not len(sizes):
+        return None
+    joined = isinstance(records, memoryview)
+    firsts = np.cumsum(sizes) - sizes if joined else np.zeros(len(sizes), np.int64)
     try:
-        first, _, header, _ = _header(records[0], version)
+        first, _, header, _ = _header(
+            records[: sizes[0]] if isinstance(records, memoryview) else records[0], version
+        )
     except FramingError:
         return None
     count, tail = len(first), _CHECKSUM.size if version >= 2 else 0
     if int(sizes.min()) < header + tail:
         return None
-    heads = np.frombuffer(b"".join([record[:header] for record in records]), np.uint8).reshape(-1, header)
+    if isinstance(records, memoryview):
+        data = np.frombuffer(records, np.uint8)
+        heads = data[firsts[:, None] + np.arange(header)]
+    else:
+        heads = np.frombuffer(b"".join([record[:header] for record in records]), np.uint8)
+        heads = heads.reshape(-1, header)
     table_end = 4 + 8 * count
     lengths = heads[:, 4:table_end].copy().view("<u8")  # (n, count)
     if not (
@@ -197,72 +213,71 @@ def record_spans(
         and (header + lengths.sum(axis=1, dtype=np.uint64) + tail == sizes.astype(np.uint64)).all()
     ):
         return None
-    cuts = np.empty((len(records), count + 1), np.int64)
-    cuts[:, 0] = header
+    cuts = np.empty((len(sizes), count + 1), np.int64)
+    cuts[:, 0] = firsts + header
     np.cumsum(lengths.astype(np.int64), axis=1, out=cuts[:, 1:])
-    cuts[:, 1:] += header
-    missing = np.full(len(records), -1, np.int64)
+    cuts[:, 1:] += cuts[:, :1]
+    missing = np.full(len(sizes), -1, np.int64)
     at = {name: j for j, name in enumerate(first)}
     starts = np.stack([cuts[:, at[name]] if name in at else missing for name in names], axis=1)
     stops = np.stack([cuts[:, at[name] + 1] if name in at else missing for name in names], axis=1)
+    ends = firsts + sizes - tail
     checksums = None
     if check and version >= 2:
-        checksums = np.frombuffer(b"".join([record[-tail:] for record in records]), "<u8")
-    zeros = np.zeros(len(records), np.int64)
-    return Spans(records, zeros, sizes - tail, checksums, cuts[:, 0], cuts[:, 1], starts, stops)
+        if isinstance(records, memoryview):
+            checksums = data[ends[:, None] + np.arange(tail)].copy().view("<u8")[:, 0]
+        else:
+            checksums = np.frombuffer(b"".join([record[-tail:] for record in records]), "<u8")
+    return Spans(records, firsts, ends, checksums, cuts[:, 0], cuts[:, 1], starts, stops, in_file=False)
 
 
 def decode_many(
-    records: Sequence[bytes | memoryview],
+    records: memoryview | Sequence[memoryview],
     names: Sequence[str],
+    locate: Callable[[int], tuple[str, int]],
     *,
     version: int,
     check: bool,
+    sizes: Sequence[int] | None = None,
     order: np.ndarray | None = None,
+    pool: BufferPool | None = None,
 ) -> ColumnsOut:
-    """Decode ``records`` into columns: keys and, for each of ``names``, one column of values (``None``
-    where a record lacks the field), copied out of the records (which may be transient buffers), in
-    ``order`` (positions among the records; all in turn when ``None``).
+    """``records`` (one view each, or one buffer holding them end to end, ``sizes`` bytes each) as keys
+    and, for each of ``names``, one column of values (``None`` where a record lacks the field), copied out
+    (the records may be transient buffers), in ``order`` (positions among the records; all in turn when
+    ``None``). ``locate(i)`` names record i (its shard and sample) in errors. With a ``pool``, fields that
+    average ``LANDED_MIN_BYTES`` land in buffers of their own.
 
-    Small records (:func:`worth_joining`) are copied end to end and decoded by :func:`decode_joined`;
-    large ones are decoded one by one by :func:`decode`, which names the fault: a :class:`RecordError`
-    carries the position of the damaged record.
+    Records that share one set of field names are checked as arrays and gathered by the landing kernel
+    (:func:`~.landing.land`); records that differ, or fewer than ``_JOIN_MIN_RECORDS`` without a pool,
+    are decoded one by one, which names the fault.
+
+    Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
     """
-    sizes = np.fromiter(map(len, records), np.int64, len(records))
-    if worth_joining(len(records), int(sizes.sum())):
-        return decode_joined(b"".join(records), sizes, names, version=version, check=check, order=order)
-    return _decode_each(records, names, version=version, check=check, order=order)
+    if isinstance(records, memoryview):
+        assert sizes is not None, "records end to end need their sizes"
+        lengths = np.asarray(sizes, np.int64)
+    else:
+        lengths = np.fromiter(map(len, records), np.int64, len(records))
+    spans = None
+    if pool is not None or len(lengths) >= _JOIN_MIN_RECORDS:
+        spans = record_spans(records, lengths, names, version=version, check=check)
+    if spans is not None:
+        landed = None if pool is None else lands(spans.starts, spans.stops)
+        return land(spans, names, locate, order=order, landed=landed, pool=pool)
+    if isinstance(records, memoryview):
+        bounds = [0, *itertools.accumulate(lengths.tolist())]
+        records = [records[a:b] for a, b in itertools.pairwise(bounds)]
+    try:
+        return _decode_each(records, names, version=version, check=check, order=order)
+    except RecordError as exc:
+        shard, sample = locate(exc.position)
+        raise CorruptShardError.at(shard, str(exc), sample_index=sample) from exc
 
 
 def worth_joining(num_records: int, num_bytes: int) -> bool:
-    """Whether records are decoded faster joined (:func:`decode_joined`) than where they lie."""
+    """Whether records are decoded faster copied end to end into one buffer than where they lie."""
     return num_bytes <= _JOIN_BYTES * num_records
-
-
-def decode_joined(
-    joined: bytes | memoryview,
-    sizes: Sequence[int] | np.ndarray,
-    names: Sequence[str],
-    *,
-    version: int,
-    check: bool,
-    order: np.ndarray | None = None,
-) -> ColumnsOut:
-    """:func:`decode_many` of the records of ``sizes`` bytes laid end to end in ``joined``.
-
-    When there are enough of them to pay for it and they share the first one's field names (a shard
-    repeats one set), their headers are checked all at once with array arithmetic, leaving per record only
-    the checksum call, and keys and fields are gathered as columns (:mod:`.bytecolumn`). Otherwise, or
-    when any record fails a check, they are decoded one by one, which names the fault.
-    """
-    sizes = np.asarray(sizes, dtype=np.int64)
-    if len(sizes) >= _JOIN_MIN_RECORDS:
-        columns = _decode_joined(joined, sizes, names, version=version, check=check, order=order)
-        if columns is not None:
-            return columns
-    bounds, view = [0, *itertools.accumulate(sizes.tolist())], memoryview(joined)
-    records = [view[a:b] for a, b in itertools.pairwise(bounds)]
-    return _decode_each(records, names, version=version, check=check, order=order)
 
 
 def _decode_each(
@@ -285,60 +300,3 @@ def _decode_each(
         for name, values in fields.items():
             values.append(sample.get(name))
     return bytecolumn.in_order((keys, fields), order)
-
-
-def _decode_joined(
-    joined: bytes | memoryview,
-    sizes: np.ndarray,
-    names: Sequence[str],
-    *,
-    version: int,
-    check: bool,
-    order: np.ndarray | None,
-) -> ColumnsOut | None:
-    """:func:`decode_joined` when every record has the first one's field names and passes every check;
-    ``None`` otherwise."""
-    if not len(sizes):
-        return [], {name: [] for name in names}
-    view, bounds = memoryview(joined), np.zeros(len(sizes) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=bounds[1:])
-    starts, tail = bounds[:-1], _CHECKSUM.size if version >= 2 else 0
-    try:  # the first record's schema: the one the others must repeat
-        _, first = decode(view[: bounds[1]], version=version, check=False)
-    except FramingError:
-        return None
-    count = len(first) + 1
-    schema_start = 4 + 8 * count
-    schema = bytes(view[schema_start : schema_start + 2 * count]) + b"".join(
-        name.encode() for name in (KEY_FIELD, *first)
-    )
-    header = schema_start + len(schema)
-    if int(sizes.min()) < header + tail:
-        return None
-    data = np.frombuffer(joined, dtype=np.uint8)
-    heads = data[starts[:, None] + np.arange(header)]
-    lengths = heads[:, 4:schema_start].copy().view("<u8")
-    if not (
-        (heads[:, :4].copy().view("<u4")[:, 0] == count).all()
-        and (heads[:, schema_start:] == np.frombuffer(schema, dtype=np.uint8)).all()
-        and (lengths <= sizes[:, None].astype(np.uint64)).all()  # so that the sum cannot wrap
-        and (header + lengths.sum(axis=1, dtype=np.uint64) + tail == sizes.astype(np.uint64)).all()
-    ):
-        return None
-    if check and version >= 2:
-        ends = bounds[1:] - tail
-        stored = data[ends[:, None] + np.arange(tail)].copy().view("<u8")[:, 0]
-        if first_mismatch(view, starts.tolist(), ends.tolist(), stored) is not None:
-            return None
-    cuts = np.empty((len(sizes), count + 1), dtype=np.int64)
-    cuts[:, 0] = starts + header
-    np.cumsum(lengths.astype(np.int64), axis=1, out=cuts[:, 1:])
-    cuts[:, 1:] += cuts[:, :1]
-    keys = bytecolumn.texts(joined, cuts[:, 0], cuts[:, 1], order)
-    if keys is None:
-        return None
-    fields: dict[str, ByteColumn] = {name: [None] * len(keys) for name in names if name not in first}
-    for at, name in enumerate(first, start=1):
-        if name in names:
-            fields[name] = bytecolumn.gather(joined, cuts[:, at], cuts[:, at + 1], order=order)
-    return keys, {name: fields[name] for name in names}

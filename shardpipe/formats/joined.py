@@ -135,6 +135,7 @@ class JoinedWindow:
             at(KEY_STOP),
             np.array([at(c) for c in columns], np.int64).T.reshape(len(table), len(columns)),
             np.array([at(c + 1) for c in columns], np.int64).T.reshape(len(table), len(columns)),
+            in_file=False,
         )
 
     def land(self, order: np.ndarray | None, pool: BufferPool | None = None) -> ColumnsOut:

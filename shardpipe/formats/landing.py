@@ -14,6 +14,7 @@ before anything is returned, so a damaged sample never reaches a batch.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -69,7 +70,8 @@ class Spans:
     sample i in ``sources[i]`` (a memory map or a view of one). Sample i's checked bytes are ``[begins[i],
     ends[i])``, whose xxh3_64 is ``checksums[i]`` (``None``: not checked), its key ``[key_starts[i],
     key_stops[i])`` and field j ``[starts[i, j], stops[i, j])``, ``-1`` where the sample lacks it.
-    Positions are int64, ``(n,)`` or ``(n, k)``."""
+    Positions are int64, ``(n,)`` or ``(n, k)``; ``in_file``: they are byte offsets in the sample's shard
+    file (an error names the byte), not in a buffer or record."""
 
     sources: memoryview | Sequence[memoryview]
     begins: np.ndarray
@@ -79,6 +81,7 @@ class Spans:
     key_stops: np.ndarray
     starts: np.ndarray
     stops: np.ndarray
+    in_file: bool = True
 
     @property
     def buffer(self) -> memoryview | None:
@@ -115,6 +118,7 @@ class Spans:
             self.key_stops[at],
             self.starts[at],
             self.stops[at],
+            self.in_file,
         )
 
 
@@ -146,12 +150,12 @@ def land(
 
     Raises :class:`~shardpipe.errors.CorruptShardError` naming the shard and the sample.
     """
-    picked = spans if order is None else spans.taken(order)
+    picked = functools.cache(lambda: spans if order is None else spans.taken(order))  # where it is needed
     fields: dict[str, ByteColumn] = {}
     digests = None
     if landed is not None and landed.any():
         assert pool is not None, "landed fields need a pool"
-        digests = _land_fields(picked, names, landed, pool, into, fields)
+        digests = _land_fields(picked(), names, landed, pool, into, fields)
     if spans.checksums is not None:  # every sample of spans, picked or not: what was read is checked
         if digests is None or order is not None:
             bad = first_mismatch(spans.sources, spans.begins.tolist(), spans.ends.tolist(), spans.checksums)
@@ -160,7 +164,8 @@ def land(
             bad = int(mismatched[0]) if len(mismatched) else None
         if bad is not None:
             shard, sample = locate(bad)
-            detail, offset = "sample bytes differ from their checksum", int(spans.begins[bad])
+            offset = int(spans.begins[bad]) if spans.in_file else None
+            detail = "sample bytes differ from their checksum"
             raise CorruptShardError.at(shard, detail, sample_index=sample, offset=offset)
     for j in range(len(names)) if landed is None else np.flatnonzero(~landed).tolist():
         fields[names[j]] = _gathered(spans, picked, j, order)
@@ -205,14 +210,15 @@ def _land_fields(
     return digests
 
 
-def _gathered(spans: Spans, picked: Spans, j: int, order: np.ndarray | None) -> ByteColumn:
-    """Field j of the samples ``picked`` (``spans`` at ``order``): in one take where one buffer holds
+def _gathered(spans: Spans, picked: Callable[[], Spans], j: int, order: np.ndarray | None) -> ByteColumn:
+    """Field j of the samples ``picked()`` (``spans`` at ``order``): in one take where one buffer holds
     them, else one ``bytes`` per sample."""
     if (buffer := spans.buffer) is not None:
         starts, stops = spans.starts[:, j], spans.stops[:, j]
         present = starts >= 0
         return gather(buffer, starts, stops, None if present.all() else present, order)
-    values = zip(picked.each(), picked.starts[:, j].tolist(), picked.stops[:, j].tolist(), strict=True)
+    taken = picked()
+    values = zip(taken.each(), taken.starts[:, j].tolist(), taken.stops[:, j].tolist(), strict=True)
     return [source[a:z].tobytes() if a >= 0 else None for source, a, z in values]
 
 
@@ -224,14 +230,18 @@ def columns_of(samples: list[dict[str, Any]], names: Sequence[str]) -> ColumnsOu
 
 
 def _keys(
-    spans: Spans, picked: Spans, order: np.ndarray | None, locate: Callable[[int], tuple[str, int]]
+    spans: Spans,
+    picked: Callable[[], Spans],
+    order: np.ndarray | None,
+    locate: Callable[[int], tuple[str, int]],
 ) -> list[str]:
-    """The keys of ``picked`` (``spans`` at ``order``), naming the first that is not UTF-8 (``locate(i)``
-    names sample i of ``picked``)."""
+    """The keys of ``picked()`` (``spans`` at ``order``), naming the first that is not UTF-8
+    (``locate(i)`` names sample i of ``picked()``)."""
     buffer = spans.buffer
     if buffer is not None and (keys := texts(buffer, spans.key_starts, spans.key_stops, order)):
         return keys
-    places = list(zip(picked.each(), picked.key_starts.tolist(), picked.key_stops.tolist(), strict=True))
+    taken = picked()
+    places = list(zip(taken.each(), taken.key_starts.tolist(), taken.key_stops.tolist(), strict=True))
     try:
         return [source[a:z].tobytes().decode() for source, a, z in places]
     except UnicodeDecodeError:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from itertools import groupby, islice
 from pathlib import Path
+from typing import cast
 
 import lmdb
 import numpy as np
@@ -95,18 +96,19 @@ class LmdbReader(ReaderBase):
 
     def pieces(
         self, txn: lmdb.Transaction, runs: Sequence[tuple[int, int]]
-    ) -> Iterator[tuple[list[bytes | memoryview], list[int]]]:
+    ) -> Iterator[tuple[list[memoryview], list[int]]]:
         """The records of ``runs`` in order, ``_PIECE_RECORDS`` or a few more at a time, and their sizes:
         views into the map, valid while ``txn`` lives, none longer than the file (a damaged length must
         never lead a copy past the file's end)."""
-        shard, cursor, piece, position = self.shard, txn.cursor(), list[bytes | memoryview](), 0
+        shard, cursor, piece, position = self.shard, txn.cursor(), list[memoryview](), 0
         for start, stop in runs:
             for first in range(start, stop, _PIECE_RECORDS):
                 last = min(stop, first + _PIECE_RECORDS)
                 if not cursor.set_key(INDEX.pack(first)):
                     raise CorruptShardError.at(shard, "no record under this index", sample_index=first)
                 had = len(piece)
-                piece += islice(cursor.iternext(keys=False, values=True), last - first)
+                values = cast(Iterator[memoryview], cursor.iternext(keys=False, values=True))  # buffers=True
+                piece += islice(values, last - first)
                 if len(piece) - had != last - first or small(cursor.key()) != INDEX.pack(last - 1):
                     raise CorruptShardError.at(
                         shard, "records are missing or out of order", sample_index=first
@@ -117,9 +119,7 @@ class LmdbReader(ReaderBase):
         if piece:
             yield piece, self._sizes(piece, runs, position)
 
-    def _sizes(
-        self, piece: list[bytes | memoryview], runs: Sequence[tuple[int, int]], position: int
-    ) -> list[int]:
+    def _sizes(self, piece: list[memoryview], runs: Sequence[tuple[int, int]], position: int) -> list[int]:
         """The sizes of ``piece``, the records read from ``position`` on; refuses one longer than the file."""
         sizes = list(map(len, piece))
         if max(sizes) > self.file_size:
@@ -194,13 +194,13 @@ def decode_parts(
     transaction per shard, each shard's runs walked once (a shard's parts next to each other), a bad
     record named by its shard and sample.
 
-    Small records are copied into ``buffer`` a piece at a time as they are walked, and decoded there
-    (:func:`framing.decode_joined`), so only a piece's views live at once and the window's bytes land in
+    Small records are copied into ``buffer`` a piece at a time as they are walked, and landed from there
+    (:func:`framing.decode_many`), so only a piece's views live at once and the window's bytes land in
     memory already used (a fresh buffer per window costs a page fault per 4 KiB). Large ones, as the first
-    piece shows them, are decoded where they lie (:func:`framing.decode_many`).
+    piece shows them, are landed where they lie.
     """
     joined, sizes, end = buffer.view(0), list[int](), 0
-    views: list[bytes | memoryview] = []
+    views: list[memoryview] = []
     with ExitStack() as stack:
         txns: dict[LmdbReader, lmdb.Transaction] = {}
         for reader, group in groupby(parts, key=lambda part: part[0]):
@@ -220,10 +220,12 @@ def decode_parts(
                     sizes += lengths
             except lmdb.Error as exc:
                 raise CorruptShardError.at(reader.shard, f"LMDB: {exc}", sample_index=runs[0][0]) from exc
-        try:
-            if sizes:
-                return framing.decode_joined(joined, sizes, names, version=version, check=check, order=order)
-            return framing.decode_many(views, names, version=version, check=check, order=order)
-        except framing.RecordError as exc:
-            run, sample = run_at(((start, stop) for _, start, stop in parts), exc.position)
-            raise CorruptShardError.at(parts[run][0].shard, str(exc), sample_index=sample) from exc
+
+        def locate(position: int) -> tuple[str, int]:
+            run, sample = run_at(((start, stop) for _, start, stop in parts), position)
+            return parts[run][0].shard, sample
+
+        records, known = (joined, sizes) if sizes else (views, None)
+        return framing.decode_many(
+            records, names, locate, version=version, check=check, sizes=known, order=order
+        )

@@ -12,7 +12,7 @@ import numpy as np
 
 from shardpipe.errors import CorruptShardError
 from shardpipe.formats import framing
-from shardpipe.formats.landing import Located, columns_of, land, lands
+from shardpipe.formats.landing import Located, columns_of
 from shardpipe.formats.leases import BufferPool
 from shardpipe.formats.lmdb_env import INDEX
 from shardpipe.formats.lmdb_reader import LmdbReader, Part, decode_parts
@@ -55,20 +55,15 @@ class LmdbWindow:
             picks = [self._records_at[i] for i in order.tolist()]
             return columns_of(read_samples(dict(enumerate(self._readers)), picks, self._names), self._names)
         with self._records(order) as (views, locate):
-            spans = framing.record_spans(views, self._names, version=self._version, check=self._check)
-            landed = lands(spans.starts, spans.stops) if spans is not None else None
-            if spans is not None and landed is not None and landed.any():
-                return land(spans, self._names, locate, landed=landed, pool=pool)
-            try:  # copies every field out, and names the first damaged record
-                return framing.decode_many(views, self._names, version=self._version, check=self._check)
-            except framing.RecordError as exc:
-                shard, sample = locate(exc.position)
-                raise CorruptShardError.at(shard, str(exc), sample_index=sample) from exc
+            return framing.decode_many(
+                views, self._names, locate, version=self._version, check=self._check, pool=pool
+            )
 
     @contextmanager
     def located(self, order: np.ndarray) -> Iterator[Located | None]:
         with self._records(order) as (views, locate):
-            spans = framing.record_spans(views, self._names, version=self._version, check=self._check)
+            sizes = np.fromiter(map(len, views), np.int64, len(views))
+            spans = framing.record_spans(views, sizes, self._names, version=self._version, check=self._check)
             yield None if spans is None else Located(spans, locate)
 
     @contextmanager
