@@ -10,6 +10,7 @@ shards (a loader's window) into one buffer and cuts them together.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import struct
@@ -82,32 +83,31 @@ class SpanReader(ReaderBase):
         else:
             self._fd = _open_checked(path, end)
         self._closer = weakref.finalize(self, _close, self._fd)
-        self._mapped: MappedShard | None = None
 
+    @functools.cached_property
     def mapped(self) -> MappedShard:
-        """The file mapped into memory (once; the map lives as long as this reader and its users)."""
-        if self._mapped is None:
-            mapped = mmap.mmap(self._fd, 0, prot=mmap.PROT_READ)
-            index = self.sliced_index
-            table = np.ascontiguousarray(index.table, "<u8").data.cast("B")
-            width = index.table.shape[1]
-            row = struct.Struct(f"<{width + 1}Q")
-            self._mapped = MappedShard(
-                self.shard,
-                self._fd,
-                index,
-                memoryview(mapped),
-                mapped,
-                self._closer,
-                table,
-                8 * width,
-                row,
-                self.verified,
-            )
-        return self._mapped
+        """The file mapped into memory (once, an attribute after that: random gets ask at every get; the
+        map lives as long as this reader and its users)."""
+        mapped = mmap.mmap(self._fd, 0, prot=mmap.PROT_READ)
+        index = self.sliced_index
+        table = np.ascontiguousarray(index.table, "<u8").data.cast("B")
+        width = index.table.shape[1]
+        row = struct.Struct(f"<{width + 1}Q")
+        return MappedShard(
+            self.shard,
+            self._fd,
+            index,
+            memoryview(mapped),
+            mapped,
+            self._closer,
+            table,
+            8 * width,
+            row,
+            self.verified,
+        )
 
     def close(self) -> None:
-        self._mapped = None  # unmapped once no window holds it
+        self.__dict__.pop("mapped", None)  # unmapped once no window holds it
         super().close()
 
     def read(self, start: int, stop: int) -> Iterator[tuple[str, Fields]]:
@@ -312,7 +312,7 @@ class SpanFormat(FormatBase):
 
         def small() -> ScatteredWindow | JoinedWindow | None:  # read one by one, or joined and gathered
             if scattered:
-                return ScatteredWindow([r.mapped() for r in readers], located, names)
+                return ScatteredWindow([r.mapped for r in readers], located, names)
             return join(spans, names, buffer)
 
         if not any_size:
@@ -320,7 +320,7 @@ class SpanFormat(FormatBase):
             total = sum(offsets[r].item(stop) - offsets[r].item(start) for r, start, stop in spans)
             if total < LANDED_MIN_BYTES * sum(stop - start for _, start, stop in spans):
                 return small()  # a field lands only where it averages that much
-        window = MappedWindow([r.mapped() for r in readers], located, names, verified=readers[0].verified)
+        window = MappedWindow([r.mapped for r in readers], located, names, verified=readers[0].verified)
         return window if any_size or window.landed.any() else small()
 
     def read_samples(
@@ -330,5 +330,5 @@ class SpanFormat(FormatBase):
         for shard, reader in cast(Mapping[int, SpanReader], readers).items():  # one loop: paid every get
             if not reader.joinable:
                 return None
-            maps[shard] = reader.mapped()
+            maps[shard] = reader.mapped
         return read_samples(maps, picks, names)
