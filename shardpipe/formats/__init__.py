@@ -16,9 +16,9 @@ together), :mod:`.tarparse`
 (tar bytes parsed into samples), :mod:`.tf_example` (the ``tf.train.Example`` protobuf, by hand),
 :mod:`.framing` (the record layout of LMDB values), LMDB's parts (:mod:`.lmdb_env`, its keys and the
 environments a process holds; :mod:`.lmdb_writer`; :mod:`.lmdb_reader`, spans walked by key;
-:mod:`.lmdb_window`, records landed from LMDB's map or decoded together) and :mod:`.compression` (per-sample
-compression of a field's values: what is stored), with its pack side :mod:`.compressor` and its read side
-:mod:`.decompressor`.
+:mod:`.lmdb_window`, records landed from LMDB's map or, small, from one buffer) and
+:mod:`.compression` (per-sample compression of a field's values: what is stored), with its pack side
+:mod:`.compressor` and its read side :mod:`.decompressor`.
 
 Part of the shared core (``shardpipe.manifest``, ``.shardtable``, ``.errors``, ``.formats``, ``.storage``,
 ``.units``), which the pack stage (``shardpipe.packing``) and the loaders (``loaders``) both stand on: it

@@ -26,7 +26,7 @@ import xxhash
 
 from shardpipe.errors import CorruptShardError, DataError
 from shardpipe.formats import bytecolumn
-from shardpipe.formats.checksums import first_mismatch
+from shardpipe.formats.checksums import agrees
 from shardpipe.formats.landing import Spans, land, lands
 from shardpipe.formats.leases import BufferPool
 from shardpipe.formats.terms import Column, ColumnsOut, Fields
@@ -133,7 +133,7 @@ def decode(record: bytes | memoryview, *, version: int = VERSION, check: bool = 
     view = record if isinstance(record, memoryview) else memoryview(record)
     names, lengths, pos, end = _header(view, version)
     # Hashed first, where the record lies; the copies below then read it from the CPU cache.
-    if check and version >= 2 and first_mismatch(view, (0,), (end,), _CHECKSUM.unpack_from(view, end)) == 0:
+    if check and version >= 2 and not agrees(view[:end], _CHECKSUM.unpack_from(view, end)[0]):
         raise FramingError("record bytes differ from their checksum")
     key_end = pos + lengths[0]
     fields: Fields = {}
@@ -187,12 +187,12 @@ def record_spans(
     names the fault)."""
     if not len(sizes):
         return None
-    joined = isinstance(records, memoryview)
-    firsts = np.cumsum(sizes) - sizes if joined else np.zeros(len(sizes), np.int64)
+    if isinstance(records, memoryview):
+        firsts, first_record = np.cumsum(sizes) - sizes, records[: int(sizes[0])]
+    else:  # one view each
+        firsts, first_record = np.zeros(len(sizes), np.int64), records[0]
     try:
-        first, _, header, _ = _header(
-            records[: sizes[0]] if isinstance(records, memoryview) else records[0], version
-        )
+        first, _, header, _ = _header(first_record, version)
     except FramingError:
         return None
     count, tail = len(first), _CHECKSUM.size if version >= 2 else 0

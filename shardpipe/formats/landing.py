@@ -24,7 +24,7 @@ import numpy as np
 
 from shardpipe.errors import CorruptShardError
 from shardpipe.formats.bytecolumn import ByteColumn, gather, packed, texts
-from shardpipe.formats.checksums import checksum, first_mismatch
+from shardpipe.formats.checksums import agrees, first_mismatch
 from shardpipe.formats.leases import BufferPool
 from shardpipe.formats.terms import ColumnsOut
 
@@ -152,21 +152,18 @@ def land(
     """
     picked = functools.cache(lambda: spans if order is None else spans.taken(order))  # where it is needed
     fields: dict[str, ByteColumn] = {}
-    digests = None
+    checksums, bad = spans.checksums, None  # every sample of spans, picked or not: what was read is checked
     if landed is not None and landed.any():
         assert pool is not None, "landed fields need a pool"
-        digests = _land_fields(picked(), names, landed, pool, into, fields)
-    if spans.checksums is not None:  # every sample of spans, picked or not: what was read is checked
-        if digests is None or order is not None:
-            bad = first_mismatch(spans.sources, spans.begins.tolist(), spans.ends.tolist(), spans.checksums)
-        else:  # hashed while copying
-            mismatched = np.flatnonzero(np.array(digests, np.uint64) != spans.checksums)
-            bad = int(mismatched[0]) if len(mismatched) else None
-        if bad is not None:
-            shard, sample = locate(bad)
-            offset = int(spans.begins[bad]) if spans.in_file else None
-            detail = "sample bytes differ from their checksum"
-            raise CorruptShardError.at(shard, detail, sample_index=sample, offset=offset)
+        bad = _land_fields(picked(), names, landed, pool, into, fields, order is None)
+        checksums = None if order is None else checksums  # all were copied, so checked
+    if checksums is not None:
+        bad = first_mismatch(spans.sources, spans.begins.tolist(), spans.ends.tolist(), checksums)
+    if bad is not None:
+        shard, sample = locate(bad)
+        offset = int(spans.begins[bad]) if spans.in_file else None
+        detail = "sample bytes differ from their checksum"
+        raise CorruptShardError.at(shard, detail, sample_index=sample, offset=offset)
     for j in range(len(names)) if landed is None else np.flatnonzero(~landed).tolist():
         fields[names[j]] = _gathered(spans, picked, j, order)
     named = locate if order is None else (lambda i: locate(order.item(i)))
@@ -180,14 +177,15 @@ def _land_fields(
     pool: BufferPool,
     into: Mapping[str, tuple[memoryview, np.ndarray]] | None,
     fields: dict[str, ByteColumn],
-) -> list[int] | None:
+    check: bool,
+) -> int | None:
     """Copy each landed field of ``spans`` (in their order) end to end into a buffer of its own, adding
-    its column to ``fields`` (or into the caller's buffer, ``into``); with the first field, each sample's
-    span is hashed from the page cache and its field then copied from the CPU cache: the digests."""
+    its column to ``fields`` (or into the caller's buffer, ``into``). With ``check`` (and checksums), each
+    sample is checked from the page cache as its first field is copied, which then reads the CPU cache;
+    the first that differs stops the copies and is returned."""
     sources = spans.each()
     sizes = spans.stops - spans.starts  # (n, k)
-    digest = checksum
-    digests: list[int] | None = None
+    agree, checksums = agrees, spans.checksums if check else None
     for j in np.flatnonzero(landed).tolist():
         if into is not None and names[j] in into:
             view, at = into[names[j]]
@@ -197,17 +195,19 @@ def _land_fields(
             fields[names[j]] = packed(dest, sizes[:, j])
         starts, stops = spans.starts[:, j].tolist(), spans.stops[:, j].tolist()
         places = zip(sources, starts, stops, at.tolist(), strict=True)
-        if digests is None and spans.checksums is not None:
-            digests = []
-            for begin, end, (source, start, stop, to) in zip(
-                spans.begins.tolist(), spans.ends.tolist(), places, strict=True
+        if checksums is not None:  # with the first landed field
+            checks = zip(spans.begins.tolist(), spans.ends.tolist(), checksums.tolist(), strict=True)
+            for i, ((begin, end, expected), (source, start, stop, to)) in enumerate(
+                zip(checks, places, strict=True)
             ):
-                digests.append(digest(source[begin:end]))
+                if not agree(source[begin:end], expected):
+                    return i
                 view[to : to + stop - start] = source[start:stop]
+            checksums = None
         else:
             for source, start, stop, to in places:
                 view[to : to + stop - start] = source[start:stop]
-    return digests
+    return None
 
 
 def _gathered(spans: Spans, picked: Callable[[], Spans], j: int, order: np.ndarray | None) -> ByteColumn:

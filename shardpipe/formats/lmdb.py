@@ -3,7 +3,7 @@
 
 The format's parts: :mod:`.lmdb_env` (keys, and the environments a process holds), :mod:`.lmdb_writer`,
 :mod:`.lmdb_reader` (spans walked by key and decoded) and :mod:`.lmdb_window` (records landed from
-LMDB's own map, small ones decoded together, and random gets).
+LMDB's own map, small ones from one buffer they are copied into, and random gets).
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ class LmdbFormat(FormatBase, format_name="lmdb"):
         any_size: bool = False,
         scattered: bool = False,
     ) -> LmdbWindow | JoinedRecords | None:
-        """Large records landed from LMDB's map, small ones decoded together (one read transaction per
-        shard, :func:`decode_parts`) or, scattered, one by one; ``None`` for shards of different framing
-        versions or checks."""
+        """Large records landed from LMDB's map, small ones copied into one buffer and landed there (one
+        read transaction per shard, :func:`decode_parts`) or, scattered, one by one; ``None`` for shards
+        of different framing versions or checks."""
         records = cast(Sequence[Part], parts)
         kinds = {(reader.version, reader.check) for reader, _, _ in records}
         if len(kinds) != 1:

@@ -84,7 +84,7 @@ class LmdbReader(ReaderBase):
             raise CorruptShardError.at(self.shard, f"LMDB: {exc}", sample_index=start) from exc
 
     def read_runs(self, runs: Sequence[tuple[int, int]], names: Sequence[str]) -> ColumnsOut:
-        """Every run through one read transaction, and the records decoded together
+        """Every run through one read transaction, and the records landed together
         (:func:`decode_parts`): a window reads hundreds of runs of a few samples."""
         parts = [(self, start, stop) for start, stop in runs]
         return decode_parts(parts, names, self._buffer, version=self.version, check=self.check)
@@ -189,7 +189,7 @@ def decode_parts(
     check: bool,
     order: np.ndarray | None = None,
 ) -> ColumnsOut:
-    """The records of ``parts`` (from readers open in this process) decoded together, in ``order``
+    """The records of ``parts`` (from readers open in this process) landed together, in ``order``
     (positions among the records in read order, a subset allowed; all in turn when ``None``): one read
     transaction per shard, each shard's runs walked once (a shard's parts next to each other), a bad
     record named by its shard and sample.

@@ -96,8 +96,8 @@ class LmdbWindow:
 
 
 class JoinedRecords:
-    """A window's small records, decoded together when landed (:func:`decode_parts`): whole, in the order
-    asked, through ``buffer``."""
+    """A window's small records, copied into one buffer and landed there (:func:`decode_parts`): whole,
+    in the order asked, through ``buffer``."""
 
     in_pieces = False
 
@@ -114,7 +114,7 @@ class JoinedRecords:
 
     @contextmanager
     def located(self, order: np.ndarray) -> Iterator[Located | None]:
-        yield None  # nothing lands: small records are decoded together
+        yield None  # nothing lands in a caller's buffers: small records are gathered
 
 
 def _lookups(stack: ExitStack, readers: Mapping[int, LmdbReader]) -> dict[int, Callable[[bytes], Any]]:

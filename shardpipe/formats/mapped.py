@@ -23,7 +23,7 @@ import numpy as np
 
 from shardpipe.errors import CorruptShardError
 from shardpipe.formats.base import check_open
-from shardpipe.formats.checksums import checksum
+from shardpipe.formats.checksums import agrees
 from shardpipe.formats.landing import Located, Spans, columns_of, land, lands
 from shardpipe.formats.layout import CHECKSUM, KEY_START, KEY_STOP, NO_SPAN, OFFSET, ShardIndex
 from shardpipe.formats.leases import BufferPool
@@ -179,11 +179,11 @@ def read_samples(
             columns,
             shard.verified,
         )
-    out, digest, no_span = [], checksum, NO_SPAN  # locals: this loop is the whole cost of a get
+    out, agree, no_span = [], agrees, NO_SPAN  # locals: this loop is the whole cost of a get
     for slot, i in picks:
         data, mapped, table, unpack, width, columns, verified = ready[slot]
         row = unpack(table, i * width)  # the sample's row, then where the next one begins: its end
-        if verified and digest(data[row[OFFSET] : row[-1]]) != row[CHECKSUM]:
+        if verified and not agree(data[row[OFFSET] : row[-1]], row[CHECKSUM]):
             detail = "sample bytes differ from their checksum"
             raise CorruptShardError.at(shards[slot].name, detail, sample_index=i, offset=row[OFFSET])
         sample: dict[str, Any] = {}
