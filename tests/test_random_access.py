@@ -13,7 +13,7 @@ import os
 import shutil
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -28,12 +28,14 @@ from loaders.reading.readers import open_limit
 from loaders.reading.source import DatasetSource
 from shardpipe.cli import main
 from shardpipe.errors import CorruptShardError, DataError, SampleIndexError, SampleKeyError, ShardpipeError
+from shardpipe.formats import get_format
 from shardpipe.formats.layout import ShardIndex, index_bytes
 from shardpipe.manifest import load_manifest
 from testkit.servers import S3Server
 from tests.datagen import make_tree, pack_dataset
 from tests.test_dataset import damage
 from tests.test_dataset_remote import upload
+from tests.test_formats import damage_sample
 
 FORMATS = ("tar", "tfrecord", "lmdb")
 
@@ -270,3 +272,25 @@ def test_a_shard_the_node_cache_holds_is_read_there(
     wanted = [3, 40, 79]
     assert remote.__getitems__(wanted) == ShardedMapDataset(packed["tfrecord"]).__getitems__(wanted)
     assert all(path.endswith("/manifest.json") for _, path in s3.control.counts)  # no shard, no index
+
+
+@pytest.mark.parametrize("size", [100, 20_000])  # read one by one; landed as a window's large samples
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_byte_flipped_in_a_sample_fails_its_checksum_in_every_kind_of_get(
+    tmp_path: Path, fmt: str, size: int
+) -> None:
+    """One byte flipped in sample 3 of shard 1, which only its checksum can notice: a get, a batch of
+    gets and a read of several each name the shard and the sample; the samples beside it still read."""
+    out = pack_dataset(tmp_path / "packed", fmt, 20, max_samples=10, size=size)
+    clean = shutil.copytree(out, tmp_path / "clean")
+    manifest = load_manifest(out)
+    entry, index = manifest.splits["train"][1], None
+    if entry.index_path is not None:
+        index = ShardIndex.read(out / str(entry.index_path), entry.num_samples, manifest.fields)
+    damage_sample(get_format(fmt), out / entry.path, cast(ShardIndex, index), 3)
+    dataset = ShardedMapDataset(out)
+    wrong = r"shard-000001\.\w+, sample 3\b.*differ from their checksum"
+    for read in (lambda: dataset[13], lambda: dataset.__getitems__([12, 13]), lambda: dataset.read([13, 2])):
+        with pytest.raises(CorruptShardError, match=wrong):
+            read()
+    assert dataset.__getitems__([12, 14]) == ShardedMapDataset(clean).__getitems__([12, 14])
